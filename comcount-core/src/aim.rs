@@ -1,0 +1,89 @@
+//! Which interval the store's clock will be in when a flush arrives, estimated from the last
+//! reply: the store's interval and phase then, and the round trip it took.
+
+use std::time::Duration;
+
+use crate::store::FlushReply;
+
+#[derive(Debug)]
+pub(crate) struct Aim {
+    interval_ms: u64,
+    anchor: Option<Anchor>,
+}
+
+/// The store's clock as one reply showed it.
+#[derive(Clone, Copy, Debug)]
+struct Anchor {
+    /// When the reply arrived, on the local timer.
+    received: Duration,
+    /// The store's time when it ran the flush: interval start plus phase.
+    store_time: Duration,
+    /// How long the flush took there and back.
+    round_trip: Duration,
+}
+
+impl Aim {
+    pub(crate) fn new(interval_ms: u64) -> Self {
+        Self {
+            interval_ms,
+            anchor: None,
+        }
+    }
+
+    /// Learns the store's clock from a reply to a flush sent at `sent` and answered at
+    /// `received` (local times).
+    pub(crate) fn observe(&mut self, reply: &FlushReply, sent: Duration, received: Duration) {
+        let start = Duration::from_millis(reply.interval.saturating_mul(self.interval_ms));
+        self.anchor = Some(Anchor {
+            received,
+            store_time: start.saturating_add(reply.phase),
+            round_trip: received.saturating_sub(sent),
+        });
+    }
+
+    /// The store's time when a flush sent at `now` arrives: the anchor's time, half a round
+    /// trip for the reply to come back, the time since, and half a round trip for the flush to
+    /// get there.
+    fn arrival(&self, now: Duration) -> Option<Duration> {
+        self.anchor
+            .map(|a| a.store_time + a.round_trip + now.saturating_sub(a.received))
+    }
+
+    /// The interval a flush sent at `now` should land in; 0 before any reply, which costs one
+    /// wrong-interval reply and teaches the store's clock.
+    pub(crate) fn expected_interval(&self, now: Duration) -> u64 {
+        self.arrival(now)
+            .map_or(0, |at| at.as_millis() as u64 / self.interval_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Outcome;
+
+    fn reply(interval: u64, phase_ms: u64) -> FlushReply {
+        FlushReply {
+            outcome: Outcome::Applied,
+            interval,
+            phase: Duration::from_millis(phase_ms),
+            previous_total: None,
+        }
+    }
+
+    #[test]
+    fn knows_nothing_before_a_reply() {
+        assert_eq!(Aim::new(100).expected_interval(Duration::from_secs(9)), 0);
+    }
+
+    #[test]
+    fn carries_the_store_clock_forward_by_local_time_and_the_round_trip() {
+        let mut aim = Aim::new(100);
+        let ms = Duration::from_millis;
+        // Sent at 1000, answered at 1010 (round trip 10): the store was at 7*100 + 40.
+        aim.observe(&reply(7, 40), ms(1000), ms(1010));
+        assert_eq!(aim.expected_interval(ms(1010)), 7); // arrives at 750
+        assert_eq!(aim.expected_interval(ms(1059)), 7); // arrives at 799
+        assert_eq!(aim.expected_interval(ms(1060)), 8); // arrives at 800
+    }
+}

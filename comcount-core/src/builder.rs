@@ -1,0 +1,106 @@
+//! Building a counter: its settings, checked, and the pair it is made of.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Timer;
+use crate::counter::Counter;
+use crate::diagnostics::{Diagnostics, LogDiagnostics, Reporter};
+use crate::error::ConfigError;
+use crate::settings::Settings;
+use crate::shared::Shared;
+use crate::store::{ParticipantId, Store};
+use crate::worker::{Tick, Worker};
+
+/// The settings of a counter, from [`Counter::builder`].
+///
+/// ```
+/// use std::time::Duration;
+/// use comcount_core::{Counter, MemoryStore, diagnostics::Recorder, clock::VirtualClock};
+///
+/// let (counter, worker) = Counter::builder("jobs", Duration::from_millis(500))
+///     .prefix("billing:")
+///     .diagnostics(Recorder::new())
+///     .build(MemoryStore::new(), VirtualClock::new())?;
+/// # drop((counter, worker));
+/// # Ok::<(), comcount_core::ConfigError>(())
+/// ```
+pub struct Builder {
+    name: String,
+    interval: Duration,
+    prefix: String,
+    diagnostics: Arc<dyn Diagnostics>,
+    participant: Option<ParticipantId>,
+}
+
+impl Builder {
+    pub(crate) fn new(name: String, interval: Duration) -> Self {
+        Self {
+            name,
+            interval,
+            prefix: String::new(),
+            diagnostics: Arc::new(LogDiagnostics),
+            participant: None,
+        }
+    }
+
+    /// Puts `prefix` before every key of the counter, to keep it apart from other users of the
+    /// store. Empty by default. It must not hold `{` or `}`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Sends the counter's events to `diagnostics` instead of the `log` crate.
+    pub fn diagnostics(mut self, diagnostics: impl Diagnostics) -> Self {
+        self.diagnostics = Arc::new(diagnostics);
+        self
+    }
+
+    /// Uses `id` as this participant's identity instead of a random one.
+    ///
+    /// Two live participants must never share an id: the store would take them for one and
+    /// refuse the second's flushes. Meant for tests that need stable key names.
+    pub fn participant(mut self, id: ParticipantId) -> Self {
+        self.participant = Some(id);
+        self
+    }
+
+    /// Checks the settings and makes the counter: the [`Counter`] handle to count with, and
+    /// the [`Worker`] that flushes it, to spawn on the runtime of your choice with `timer` as
+    /// its time.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] says which setting cannot work and how to fix it.
+    pub fn build<S: Store, T: Timer>(
+        self,
+        store: S,
+        timer: T,
+    ) -> Result<(Counter, Worker), ConfigError> {
+        let settings = Settings::new(&self.name, &self.prefix, self.interval)?;
+        let shared = Arc::new(Shared::new(Arc::clone(&settings.name)));
+        let (counter, stopped) = Counter::new(Arc::clone(&shared));
+        let tick = Tick {
+            report: Reporter::new(Arc::clone(&settings.name), self.diagnostics),
+            participant: self.participant.unwrap_or_else(ParticipantId::random),
+            shared,
+            store,
+            timer,
+            settings,
+        };
+        Ok((counter, Worker::new(tick, stopped)))
+    }
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("name", &self.name)
+            .field("interval", &self.interval)
+            .field("prefix", &self.prefix)
+            .field("participant", &self.participant)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,149 @@
+//! The handle users count with.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use futures::channel::oneshot;
+
+use crate::builder::Builder;
+use crate::error::AmountError;
+use crate::shared::Shared;
+
+/// A participant's handle on a distributed counter.
+///
+/// Cheap to clone; clones count into the same buffer. Built by [`Counter::builder`], together
+/// with the [`Worker`](crate::Worker) that flushes it.
+///
+/// ```
+/// use std::time::Duration;
+/// use comcount_core::{Counter, MemoryStore, clock::VirtualClock};
+///
+/// let (counter, _worker) = Counter::builder("requests", Duration::from_secs(5))
+///     .build(MemoryStore::new(), VirtualClock::new())?;
+/// assert_eq!(counter.increment(1), 1);
+/// assert_eq!(counter.increment(2), 3);
+/// # Ok::<(), comcount_core::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct Counter {
+    shared: Arc<Shared>,
+    lifetime: Arc<Lifetime>,
+}
+
+/// Ends the background task when [`Counter::close`] is called or the last handle is dropped:
+/// either way the sender goes, and the task's receiver wakes.
+struct Lifetime {
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl Counter {
+    /// Starts building a counter named `name` whose total runs over intervals of `interval`.
+    ///
+    /// Participants whose counters share a name (and a prefix, and a store) share a total.
+    pub fn builder(name: impl Into<String>, interval: std::time::Duration) -> Builder {
+        Builder::new(name.into(), interval)
+    }
+
+    pub(crate) fn new(shared: Arc<Shared>) -> (Self, oneshot::Receiver<()>) {
+        let (stop, stopped) = oneshot::channel();
+        let lifetime = Arc::new(Lifetime {
+            stop: Mutex::new(Some(stop)),
+        });
+        (Self { shared, lifetime }, stopped)
+    }
+
+    /// Counts `amount` and returns the best lower bound on the group's count now.
+    ///
+    /// That is the larger of the group's total over the last closed interval and this
+    /// participant's amount not yet sent. It never waits, locks, allocates or touches the
+    /// network; the first call starts the background flushing.
+    ///
+    /// # Panics
+    ///
+    /// If `amount` exceeds `i64::MAX`, or would take this interval's unsent amount past it:
+    /// more than the store can hold. Use [`try_increment`](Counter::try_increment) to get an
+    /// error instead.
+    #[inline]
+    #[track_caller]
+    pub fn increment(&self, amount: u64) -> u64 {
+        match self.shared.increment(amount) {
+            Ok(count) => count,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// As [`increment`](Counter::increment), but returns an error for an amount that cannot be
+    /// counted, and counts nothing then.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use comcount_core::{AmountError, Counter, MemoryStore, clock::VirtualClock};
+    /// # let (counter, _worker) = Counter::builder("bytes", Duration::from_secs(1))
+    /// #     .build(MemoryStore::new(), VirtualClock::new())?;
+    /// assert_eq!(counter.try_increment(u64::MAX), Err(AmountError::TooLarge { amount: u64::MAX }));
+    /// assert_eq!(counter.try_increment(7), Ok(7));
+    /// # Ok::<(), comcount_core::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn try_increment(&self, amount: u64) -> Result<u64, AmountError> {
+        self.shared.increment(amount)
+    }
+
+    /// The count `increment(0)` would return, without counting, and without starting the
+    /// background flushing.
+    pub fn count(&self) -> u64 {
+        self.shared.count()
+    }
+
+    /// The group's total over the last closed interval, or `None` when it is not known: before
+    /// the first reply, when that interval had no total, or when no reply refreshed it for two
+    /// intervals.
+    pub fn group_total(&self) -> Option<u64> {
+        self.shared.group.get()
+    }
+
+    /// This participant's amount not yet sent.
+    pub fn buffered(&self) -> u64 {
+        self.shared.buffer.get()
+    }
+
+    /// The counter's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Stops the background flushing, at once and for good; sends nothing.
+    ///
+    /// There is no parting flush: it could land in an interval this participant already added
+    /// to. What is still in the buffer stays unsent. The counter keeps counting locally and
+    /// answering. Calling it again does nothing. Dropping every handle has the same effect.
+    pub fn close(&self) {
+        let sender = self
+            .lifetime
+            .stop
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        drop(sender);
+    }
+
+    /// Whether [`close`](Counter::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.lifetime
+            .stop
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .is_none()
+    }
+}
+
+impl fmt::Debug for Counter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Counter")
+            .field("name", &self.name())
+            .field("buffered", &self.buffered())
+            .field("group_total", &self.group_total())
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}

@@ -1,0 +1,221 @@
+//! What a counter tells about itself: a fixed set of events, each with a constant message and
+//! its values as attributes.
+//!
+//! | level | message | attributes |
+//! | --- | --- | --- |
+//! | error | `flush failed` | `counter`, `error`, `dropped` |
+//! | warn | `total went stale` | `counter`, `after` (ms) |
+//! | info | `counter started` | `counter`, `interval` (ms), `prefix`, `store` |
+//! | info | `counter stopped` | `counter` |
+//! | debug | `flush completed` | `counter`, `interval` (number), `amount`, `count` |
+//! | debug | `script loaded` | `counter`, `sha` |
+//!
+//! A healthy counter says nothing above info. Events go to the [`log`] crate by default
+//! ([`LogDiagnostics`], target `comcount`, attributes as structured key-values); pass any
+//! [`Diagnostics`] to [`Builder::diagnostics`](crate::Builder::diagnostics) to send them
+//! elsewhere, or a [`Recorder`] to look at them in tests.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::StoreError;
+
+mod log_sink;
+mod recorder;
+
+pub use log_sink::LogDiagnostics;
+pub use recorder::{Record, Recorder};
+
+/// How much an event matters.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub enum Level {
+    /// Finer than debug; no event uses it yet.
+    Trace,
+    /// What a healthy counter does every interval.
+    Debug,
+    /// A counter starting or stopping.
+    Info,
+    /// The group's total went unknown.
+    Warn,
+    /// A flush's amount was lost.
+    Error,
+}
+
+impl Level {
+    /// The `log` crate's level of the same name.
+    pub fn to_log(self) -> log::Level {
+        match self {
+            Level::Trace => log::Level::Trace,
+            Level::Debug => log::Level::Debug,
+            Level::Info => log::Level::Info,
+            Level::Warn => log::Level::Warn,
+            Level::Error => log::Level::Error,
+        }
+    }
+}
+
+/// One thing a counter did.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// The background task began.
+    CounterStarted {
+        /// The interval length.
+        interval: Duration,
+        /// The key prefix.
+        prefix: &'a str,
+        /// The store's [`name`](crate::Store::name).
+        store: &'a str,
+    },
+    /// The background task ended, after [`Counter::close`](crate::Counter::close) or when the
+    /// last handle was dropped.
+    CounterStopped,
+    /// A flush was counted by the store.
+    FlushCompleted {
+        /// The interval number it was counted in.
+        interval: u64,
+        /// The amount it carried.
+        amount: u64,
+        /// What `increment(0)` returns right after it.
+        count: u64,
+    },
+    /// A flush's amount was dropped without being counted, as far as the counter can tell.
+    FlushFailed {
+        /// Why.
+        error: &'a StoreError,
+        /// The amount that was dropped.
+        dropped: u64,
+    },
+    /// The group's total was not refreshed for two intervals and is no longer used.
+    TotalWentStale {
+        /// How long since it was last refreshed.
+        after: Duration,
+    },
+    /// A store loaded its flush script into the server.
+    ScriptLoaded {
+        /// The script's SHA-1.
+        sha: &'a str,
+    },
+}
+
+/// The value of an event's attribute.
+#[derive(Clone, Copy, Debug)]
+pub enum Value<'a> {
+    /// A number (durations are in milliseconds).
+    U64(u64),
+    /// A text.
+    Str(&'a str),
+    /// An error.
+    Error(&'a StoreError),
+}
+
+impl fmt::Display for Value<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::U64(n) => write!(f, "{n}"),
+            Value::Str(s) => f.write_str(s),
+            Value::Error(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl Event<'_> {
+    /// The event's level.
+    pub fn level(&self) -> Level {
+        match self {
+            Event::FlushFailed { .. } => Level::Error,
+            Event::TotalWentStale { .. } => Level::Warn,
+            Event::CounterStarted { .. } | Event::CounterStopped => Level::Info,
+            Event::FlushCompleted { .. } | Event::ScriptLoaded { .. } => Level::Debug,
+        }
+    }
+
+    /// The event's message, the same for every event of its kind.
+    pub fn message(&self) -> &'static str {
+        match self {
+            Event::CounterStarted { .. } => "counter started",
+            Event::CounterStopped => "counter stopped",
+            Event::FlushCompleted { .. } => "flush completed",
+            Event::FlushFailed { .. } => "flush failed",
+            Event::TotalWentStale { .. } => "total went stale",
+            Event::ScriptLoaded { .. } => "script loaded",
+        }
+    }
+
+    /// Calls `f` with each attribute of the event, in the order of the table above (the
+    /// counter's name, which a [`Reporter`] adds, is not among them).
+    pub fn attributes<'s>(&'s self, mut f: impl FnMut(&'static str, Value<'s>)) {
+        let ms = |d: &Duration| Value::U64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        match self {
+            Event::CounterStarted {
+                interval,
+                prefix,
+                store,
+            } => {
+                f("interval", ms(interval));
+                f("prefix", Value::Str(prefix));
+                f("store", Value::Str(store));
+            }
+            Event::CounterStopped => {}
+            Event::FlushCompleted {
+                interval,
+                amount,
+                count,
+            } => {
+                f("interval", Value::U64(*interval));
+                f("amount", Value::U64(*amount));
+                f("count", Value::U64(*count));
+            }
+            Event::FlushFailed { error, dropped } => {
+                f("error", Value::Error(error));
+                f("dropped", Value::U64(*dropped));
+            }
+            Event::TotalWentStale { after } => f("after", ms(after)),
+            Event::ScriptLoaded { sha } => f("sha", Value::Str(sha)),
+        }
+    }
+}
+
+/// Where a counter's events go.
+pub trait Diagnostics: Send + Sync + 'static {
+    /// Takes one event of the counter named `counter`. Called from the counter's background
+    /// task (never from `increment`); it should return quickly.
+    fn record(&self, counter: &str, event: &Event<'_>);
+}
+
+/// A counter's way to its [`Diagnostics`], with the counter's name attached. Stores receive one
+/// with every flush to report events of their own.
+#[derive(Clone)]
+pub struct Reporter {
+    counter: Arc<str>,
+    sink: Arc<dyn Diagnostics>,
+}
+
+impl Reporter {
+    /// A reporter for the counter named `counter`.
+    pub fn new(counter: impl Into<Arc<str>>, sink: Arc<dyn Diagnostics>) -> Self {
+        Self {
+            counter: counter.into(),
+            sink,
+        }
+    }
+
+    /// Sends `event` to the diagnostics.
+    pub fn emit(&self, event: Event<'_>) {
+        self.sink.record(&self.counter, &event);
+    }
+
+    /// The counter's name.
+    pub fn counter(&self) -> &str {
+        &self.counter
+    }
+}
+
+impl fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reporter")
+            .field("counter", &self.counter)
+            .finish_non_exhaustive()
+    }
+}

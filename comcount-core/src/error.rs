@@ -1,0 +1,207 @@
+//! The errors of this crate: a counter built wrong, an amount that cannot be counted, and a
+//! flush that did not go through.
+
+use std::error::Error;
+use std::fmt;
+use std::time::Duration;
+
+/// A counter's settings that cannot work. Returned by [`Builder::build`](crate::Builder::build).
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The counter's name is empty.
+    EmptyName,
+    /// The name holds `{` or `}`, which would break the `{name}` hash tag.
+    NameBreaksHashTag {
+        /// The name given.
+        name: String,
+    },
+    /// The prefix holds `{` or `}`, which would move the hash tag into the prefix.
+    PrefixBreaksHashTag {
+        /// The prefix given.
+        prefix: String,
+    },
+    /// The interval is shorter than one millisecond.
+    IntervalTooShort {
+        /// The interval given.
+        interval: Duration,
+    },
+    /// The interval is not a whole number of milliseconds.
+    IntervalNotWholeMillis {
+        /// The interval given.
+        interval: Duration,
+    },
+    /// The interval is so long that three of them overflow a millisecond count.
+    IntervalTooLong {
+        /// The interval given.
+        interval: Duration,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::EmptyName => f.write_str(
+                "the counter's name is empty: give it a name such as \"requests\"; \
+                 participants that share a name share a total",
+            ),
+            ConfigError::NameBreaksHashTag { name } => write!(
+                f,
+                "the counter name {name:?} contains '{{' or '}}', which would break the \
+                 {{name}} hash tag that keeps the counter's keys in one cluster slot: \
+                 choose a name without braces"
+            ),
+            ConfigError::PrefixBreaksHashTag { prefix } => write!(
+                f,
+                "the prefix {prefix:?} contains '{{' or '}}', which would make Redis Cluster \
+                 hash the prefix instead of the counter's name: choose a prefix without braces"
+            ),
+            ConfigError::IntervalTooShort { interval } => write!(
+                f,
+                "the interval {interval:?} is shorter than one millisecond: the store counts \
+                 in whole milliseconds, so use at least Duration::from_millis(1) (intervals \
+                 well above the round trip to the store count best)"
+            ),
+            ConfigError::IntervalNotWholeMillis { interval } => write!(
+                f,
+                "the interval {interval:?} is not a whole number of milliseconds: the store \
+                 counts in whole milliseconds, so round it, e.g. Duration::from_millis({})",
+                interval.as_millis()
+            ),
+            ConfigError::IntervalTooLong { interval } => write!(
+                f,
+                "the interval {interval:?} is too long to express three of them in \
+                 milliseconds: use an interval under a million years"
+            ),
+        }
+    }
+}
+
+impl Error for ConfigError {}
+
+/// An amount that [`Counter::try_increment`](crate::Counter::try_increment) cannot count.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum AmountError {
+    /// The amount alone is more than the store can hold (`i64::MAX`).
+    TooLarge {
+        /// The amount given.
+        amount: u64,
+    },
+    /// Adding the amount would take the unsent buffer past `i64::MAX`.
+    BufferFull {
+        /// The amount given.
+        amount: u64,
+    },
+}
+
+impl fmt::Display for AmountError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AmountError::TooLarge { amount } => write!(
+                f,
+                "the amount {amount} is more than the store can hold (i64::MAX = {}): \
+                 count in a coarser unit",
+                i64::MAX
+            ),
+            AmountError::BufferFull { amount } => write!(
+                f,
+                "adding {amount} would take this interval's buffer past i64::MAX, the most \
+                 the store can hold: count in a coarser unit or use a shorter interval"
+            ),
+        }
+    }
+}
+
+impl Error for AmountError {}
+
+/// How a flush failed, which decides what the counter may do with its amount.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// No reply came (connection lost, timed out): the flush may or may not have been applied.
+    Unanswered,
+    /// The store answered with an error before writing anything: the flush was not applied.
+    Refused,
+    /// The store answered with something that is not a flush reply: whether it was applied is
+    /// unknown.
+    Malformed,
+}
+
+/// A flush that did not produce a [`FlushReply`](crate::FlushReply).
+///
+/// It never reaches the caller of [`Counter::increment`](crate::Counter::increment): the counter
+/// reports it through its diagnostics as `flush failed`.
+#[derive(Debug)]
+pub struct StoreError {
+    kind: StoreErrorKind,
+    source: Box<dyn Error + Send + Sync + 'static>,
+}
+
+impl StoreError {
+    /// A flush that got no reply, caused by `source`.
+    pub fn unanswered(source: impl Into<Box<dyn Error + Send + Sync + 'static>>) -> Self {
+        Self::new(StoreErrorKind::Unanswered, source)
+    }
+
+    /// A flush the store refused before writing anything, caused by `source`.
+    pub fn refused(source: impl Into<Box<dyn Error + Send + Sync + 'static>>) -> Self {
+        Self::new(StoreErrorKind::Refused, source)
+    }
+
+    /// A reply that could not be read as a flush reply.
+    pub fn malformed(source: impl Into<Box<dyn Error + Send + Sync + 'static>>) -> Self {
+        Self::new(StoreErrorKind::Malformed, source)
+    }
+
+    /// An error of the given kind.
+    pub fn new(
+        kind: StoreErrorKind,
+        source: impl Into<Box<dyn Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Self {
+            kind,
+            source: source.into(),
+        }
+    }
+
+    /// How the flush failed.
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
+    }
+
+    /// Whether the store may have applied the flush despite the error.
+    pub fn may_have_applied(&self) -> bool {
+        self.kind != StoreErrorKind::Refused
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            StoreErrorKind::Unanswered => write!(
+                f,
+                "flush got no reply ({}); check that the store is reachable",
+                self.source
+            ),
+            StoreErrorKind::Refused => write!(
+                f,
+                "store refused the flush, nothing was written ({}); check the store's state \
+                 and permissions",
+                self.source
+            ),
+            StoreErrorKind::Malformed => write!(
+                f,
+                "store gave a reply that is not a flush reply ({}); check that the key prefix \
+                 is not used by anything else",
+                self.source
+            ),
+        }
+    }
+}
+
+impl Error for StoreError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        Some(&*self.source)
+    }
+}

@@ -1,0 +1,72 @@
+//! Distributed counting: every participant counts locally and learns the group's total.
+//!
+//! Each participant of a distributed system holds a [`Counter`]. [`Counter::increment`] adds to
+//! a local buffer and returns at once the best lower bound on what the whole group has counted:
+//! the larger of the group's total over the last closed interval and this participant's unsent
+//! buffer. Once an interval, the counter's [`Worker`] sends the buffer to a [`Store`], which adds
+//! it to the running total of the interval its own clock is in and answers with the total of the
+//! interval before.
+//!
+//! The total is never overstated: the store fences every participant so that it adds to each
+//! interval at most once, and applies each flush at most once, whatever a client replays. It may
+//! be understated, when a flush is lost or lands late.
+//!
+//! This crate holds the counter, its tick and the [`Store`] contract, with no async runtime of
+//! its own: the [`Worker`] is a future for any executor, and time comes from a
+//! [`Timer`](clock::Timer) (`tokio` and `smol` features, or a
+//! [`VirtualClock`](clock::VirtualClock) in tests). [`MemoryStore`] keeps totals in this process;
+//! the `comcount-redis-rs` and `comcount-fred` crates keep them in Redis.
+//!
+//! ```
+//! use std::time::Duration;
+//! use comcount_core::{Counter, MemoryStore, clock::VirtualClock};
+//! use futures::{FutureExt, executor::LocalPool, task::LocalSpawnExt};
+//!
+//! let clock = VirtualClock::new();
+//! let store = MemoryStore::with_clock(clock.clone());
+//! let mut pool = LocalPool::new();
+//! let mut counters = Vec::new();
+//! for _ in 0..2 {
+//!     let (counter, worker) = Counter::builder("requests", Duration::from_secs(1))
+//!         .build(store.clone(), clock.clone())?;
+//!     pool.spawner().spawn_local(worker).unwrap();
+//!     counters.push(counter);
+//! }
+//! // Each participant counts 5 in the first interval...
+//! for counter in &counters {
+//!     counter.increment(5);
+//! }
+//! // The first flushes go out at once and add both buffers to interval 0.
+//! pool.run_until_stalled();
+//! assert_eq!(store.total("{requests}:0"), Some(10));
+//! // A second later, the next flushes land in interval 1 and bring back interval 0's total:
+//! // each participant now knows the group reached 10.
+//! clock.advance(Duration::from_secs(1));
+//! pool.run_until_stalled();
+//! assert_eq!(counters[0].increment(0), 10);
+//! assert_eq!(counters[1].group_total(), Some(10));
+//! # Ok::<(), comcount_core::ConfigError>(())
+//! ```
+
+mod aim;
+mod builder;
+pub mod clock;
+mod counter;
+pub mod diagnostics;
+mod error;
+mod memory;
+pub mod script;
+mod settings;
+mod shared;
+mod store;
+mod sync;
+mod tally;
+mod watch;
+mod worker;
+
+pub use builder::Builder;
+pub use counter::Counter;
+pub use error::{AmountError, ConfigError, StoreError, StoreErrorKind};
+pub use memory::MemoryStore;
+pub use store::{FlushReply, FlushRequest, Outcome, ParticipantId, Store};
+pub use worker::Worker;

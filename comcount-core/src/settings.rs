@@ -1,0 +1,112 @@
+//! A counter's checked settings: its key base and its interval.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// How long a fence lives at the least, whatever the interval: long enough that no stray copy
+/// of a flush, replayed by a client or held up in the network, can outlive it.
+const FENCE_TTL_FLOOR: Duration = Duration::from_secs(10 * 60);
+
+/// Settings that passed every check.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) name: Arc<str>,
+    pub(crate) prefix: Arc<str>,
+    pub(crate) key_base: Arc<str>,
+    pub(crate) interval: Duration,
+    pub(crate) interval_ms: u64,
+    pub(crate) fence_ttl_ms: u64,
+}
+
+impl Settings {
+    pub(crate) fn new(name: &str, prefix: &str, interval: Duration) -> Result<Self, ConfigError> {
+        if name.is_empty() {
+            return Err(ConfigError::EmptyName);
+        }
+        if name.contains(['{', '}']) {
+            return Err(ConfigError::NameBreaksHashTag { name: name.into() });
+        }
+        if prefix.contains(['{', '}']) {
+            return Err(ConfigError::PrefixBreaksHashTag {
+                prefix: prefix.into(),
+            });
+        }
+        let interval_ms = interval_millis(interval)?;
+        let fence_ttl_ms = (3 * interval_ms).max(FENCE_TTL_FLOOR.as_millis() as u64);
+        Ok(Self {
+            name: name.into(),
+            prefix: prefix.into(),
+            key_base: format!("{prefix}{{{name}}}").into(),
+            interval,
+            interval_ms,
+            fence_ttl_ms,
+        })
+    }
+}
+
+fn interval_millis(interval: Duration) -> Result<u64, ConfigError> {
+    if interval < Duration::from_millis(1) {
+        return Err(ConfigError::IntervalTooShort { interval });
+    }
+    if interval.subsec_nanos() % 1_000_000 != 0 {
+        return Err(ConfigError::IntervalNotWholeMillis { interval });
+    }
+    // Three intervals must fit the millisecond arithmetic of every store, Lua's doubles
+    // included (integers are exact below 2^53).
+    const LIMIT_MS: u128 = (1 << 53) / 3;
+    let ms = interval.as_millis();
+    if ms > LIMIT_MS {
+        return Err(ConfigError::IntervalTooLong { interval });
+    }
+    Ok(ms as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_base_wraps_the_name_in_a_hash_tag_after_the_prefix() {
+        let s = Settings::new("requests", "svc:", Duration::from_secs(5)).unwrap();
+        assert_eq!(&*s.key_base, "svc:{requests}");
+        assert_eq!(s.interval_ms, 5000);
+        assert_eq!(s.fence_ttl_ms, 600_000);
+        let long = Settings::new("r", "", Duration::from_secs(3600)).unwrap();
+        assert_eq!(long.fence_ttl_ms, 3 * 3_600_000);
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_the_reason() {
+        let ms = Duration::from_millis(1);
+        assert_eq!(
+            Settings::new("", "", ms).unwrap_err(),
+            ConfigError::EmptyName
+        );
+        assert!(matches!(
+            Settings::new("a{b", "", ms).unwrap_err(),
+            ConfigError::NameBreaksHashTag { .. }
+        ));
+        assert!(matches!(
+            Settings::new("a", "}", ms).unwrap_err(),
+            ConfigError::PrefixBreaksHashTag { .. }
+        ));
+        assert!(matches!(
+            Settings::new("a", "", Duration::ZERO).unwrap_err(),
+            ConfigError::IntervalTooShort { .. }
+        ));
+        assert!(matches!(
+            Settings::new("a", "", Duration::from_micros(999)).unwrap_err(),
+            ConfigError::IntervalTooShort { .. }
+        ));
+        assert!(matches!(
+            Settings::new("a", "", Duration::from_micros(1500)).unwrap_err(),
+            ConfigError::IntervalNotWholeMillis { .. }
+        ));
+        assert!(matches!(
+            Settings::new("a", "", Duration::from_secs(u64::MAX / 2)).unwrap_err(),
+            ConfigError::IntervalTooLong { .. }
+        ));
+    }
+}
