@@ -144,7 +144,7 @@ impl<C: Clock> MemoryStore<C> {
 
         let mut state = self.lock();
         state.flushes += 1;
-        if state.flushes % SWEEP_EVERY == 0 {
+        if state.flushes.is_multiple_of(SWEEP_EVERY) {
             state.values.retain(|_, e| e.expires_at > now);
         }
         let live = |key: &str| state.values.get(key).filter(|e| e.expires_at > now);

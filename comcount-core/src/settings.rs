@@ -50,7 +50,7 @@ fn interval_millis(interval: Duration) -> Result<u64, ConfigError> {
     if interval < Duration::from_millis(1) {
         return Err(ConfigError::IntervalTooShort { interval });
     }
-    if interval.subsec_nanos() % 1_000_000 != 0 {
+    if !interval.subsec_nanos().is_multiple_of(1_000_000) {
         return Err(ConfigError::IntervalNotWholeMillis { interval });
     }
     // Three intervals must fit the millisecond arithmetic of every store, Lua's doubles
