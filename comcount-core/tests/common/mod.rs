@@ -1,0 +1,5 @@
+//! Support shared by the core's integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+pub mod runtime;
+pub mod scripted;

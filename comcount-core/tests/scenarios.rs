@@ -1,0 +1,324 @@
+//! The counter's behaviour, scenario by scenario, on virtual time, under tokio and under smol.
+
+mod common;
+
+use std::time::Duration;
+
+use comcount_core::clock::{Clock, Timer};
+use comcount_core::diagnostics::{Level, Recorder};
+use comcount_core::{Counter, FlushReply, Outcome, StoreError};
+use common::runtime::{Runtime, eventually};
+use common::scripted::{Action, ScriptedStore};
+
+/// A counter on a scripted store, with its events recorded and its worker spawned.
+struct Setup<R: Runtime> {
+    rt: R,
+    timer: R::Timer,
+    store: ScriptedStore<R::Timer>,
+    events: Recorder,
+    counter: Counter,
+    finished: common::runtime::Finished,
+}
+
+impl<R: Runtime> Setup<R> {
+    fn new(rt: R) -> Self {
+        let timer = rt.timer();
+        let store = ScriptedStore::new(timer.clone());
+        let events = Recorder::new();
+        let (counter, worker) = Counter::builder("requests", rt.interval())
+            .prefix("test:")
+            .diagnostics(events.clone())
+            .build(store.clone(), timer.clone())
+            .unwrap();
+        let finished = rt.spawn(worker);
+        Self {
+            rt,
+            timer,
+            store,
+            events,
+            counter,
+            finished,
+        }
+    }
+
+    fn interval(&self) -> Duration {
+        self.rt.interval()
+    }
+
+    async fn sleep_intervals(&self, n: u32) {
+        self.timer.sleep(self.interval() * n).await;
+    }
+
+    /// Waits (up to `n` intervals) for `condition`, and fails the test with `what` if it never
+    /// holds.
+    async fn expect_within(&self, n: u32, what: &str, condition: impl FnMut() -> bool) {
+        assert!(
+            eventually(&self.timer, self.interval() * n, condition).await,
+            "{what} did not happen within {n} intervals; events: {:?}",
+            self.events.messages()
+        );
+    }
+}
+
+fn reply(outcome: Outcome, previous_total: Option<u64>) -> FlushReply {
+    FlushReply {
+        outcome,
+        interval: 7,
+        phase: Duration::ZERO,
+        previous_total,
+    }
+}
+
+fn lost() -> StoreError {
+    StoreError::unanswered("connection reset")
+}
+
+async fn silent_until_the_first_increment<R: Runtime>(rt: R) {
+    let s = Setup::new(rt);
+    s.sleep_intervals(3).await;
+    assert_eq!(
+        s.store.calls(),
+        0,
+        "a counter never incremented must not flush"
+    );
+    assert_eq!(s.events.messages(), ["counter started"]);
+    let started = &s.events.records()[0];
+    assert_eq!(started.level, Level::Info);
+    assert_eq!(started.counter, "requests");
+    assert_eq!(started.attribute("prefix"), Some("test:"));
+    assert_eq!(started.attribute("store"), Some("scripted"));
+    let interval_ms = s.interval().as_millis().to_string();
+    assert_eq!(started.attribute("interval"), Some(interval_ms.as_str()));
+
+    assert_eq!(s.counter.increment(2), 2);
+    s.expect_within(2, "a completed flush", || {
+        !s.events.with_message("flush completed").is_empty()
+    })
+    .await;
+    let completed = &s.events.with_message("flush completed")[0];
+    assert_eq!(completed.level, Level::Debug);
+    assert_eq!(completed.attribute("amount"), Some("2"));
+    let n = completed.attribute("interval").unwrap();
+    assert_eq!(
+        s.store.memory.total(&format!("test:{{requests}}:{n}")),
+        Some(2)
+    );
+    assert!(s.events.records().iter().all(|r| r.level <= Level::Info));
+}
+
+async fn the_group_total_comes_back_with_the_next_flush<R: Runtime>(rt: R) {
+    let s = Setup::new(rt);
+    let timer = s.timer.clone();
+    let (other, worker) = Counter::builder("requests", s.interval())
+        .prefix("test:")
+        .build(s.store.clone(), timer.clone())
+        .unwrap();
+    let _other_finished = s.rt.spawn(worker);
+    // Both count in the same interval; the totals meet in the store.
+    s.counter.increment(5);
+    other.increment(7);
+    s.expect_within(4, "the group's total reaching both participants", || {
+        s.counter.group_total() == Some(12) && other.group_total() == Some(12)
+    })
+    .await;
+    assert!(s.counter.increment(1) >= 12);
+}
+
+async fn no_previous_total_leaves_the_buffer_as_the_count<R: Runtime>(rt: R) {
+    let s = Setup::new(rt);
+    s.store
+        .then([Action::Reply(reply(Outcome::Applied, Some(100)))]);
+    s.store.then([Action::Reply(reply(Outcome::Applied, None))]);
+    s.counter.increment(1);
+    s.expect_within(1, "the first reply", || {
+        s.counter.group_total() == Some(100)
+    })
+    .await;
+    assert_eq!(s.counter.increment(1), 100);
+    s.expect_within(3, "the second reply", || s.counter.group_total().is_none())
+        .await;
+    // The second flush took the 1 counted in between; the buffer holds only what came since.
+    assert_eq!(s.counter.increment(2), 2);
+}
+
+async fn a_hanging_flush_makes_the_total_go_stale<R: Runtime>(rt: R) {
+    let s = Setup::new(rt);
+    s.store.then([
+        Action::Reply(reply(Outcome::Applied, Some(100))),
+        Action::Hang,
+    ]);
+    s.counter.increment(1);
+    s.expect_within(1, "the first reply", || {
+        s.counter.group_total() == Some(100)
+    })
+    .await;
+    s.expect_within(6, "the total going stale", || {
+        s.counter.group_total().is_none()
+    })
+    .await;
+    let refreshed = s.store.call_times()[0];
+    assert!(
+        s.timer.now() - refreshed >= s.interval() * 2,
+        "stale before two intervals"
+    );
+    assert_eq!(
+        s.counter.increment(3),
+        3,
+        "with no total, the count is the buffer"
+    );
+    let stale = s.events.with_message("total went stale");
+    assert_eq!(stale.len(), 1);
+    assert_eq!(stale[0].level, Level::Warn);
+    let after: u128 = stale[0].attribute("after").unwrap().parse().unwrap();
+    assert!(after >= 2 * s.interval().as_millis());
+    assert_eq!(s.store.calls(), 2, "only one flush is ever in the air");
+}
+
+async fn a_failed_flush_drops_its_buffer_and_says_so<R: Runtime>(rt: R) {
+    let s = Setup::new(rt);
+    s.store.then([Action::Fail(lost)]);
+    s.counter.increment(5);
+    s.expect_within(1, "the failure report", || {
+        !s.events.with_message("flush failed").is_empty()
+    })
+    .await;
+    let failed = &s.events.with_message("flush failed")[0];
+    assert_eq!(failed.level, Level::Error);
+    assert_eq!(failed.attribute("dropped"), Some("5"));
+    assert!(
+        failed
+            .attribute("error")
+            .unwrap()
+            .contains("connection reset")
+    );
+    assert_eq!(s.counter.buffered(), 0);
+    // The next flush goes out an interval later, with only what came since.
+    s.counter.increment(1);
+    s.expect_within(3, "the next flush", || {
+        !s.events.with_message("flush completed").is_empty()
+    })
+    .await;
+    assert_eq!(
+        s.events.with_message("flush completed")[0].attribute("amount"),
+        Some("1")
+    );
+    let times = s.store.call_times();
+    assert!(times[1] - times[0] >= s.interval());
+}
+
+async fn a_fenced_flush_returns_its_amount_to_the_buffer<R: Runtime>(rt: R) {
+    let s = Setup::new(rt);
+    s.store
+        .then([Action::Reply(reply(Outcome::Fenced, Some(40)))]);
+    s.counter.increment(4);
+    s.expect_within(1, "the fenced reply", || {
+        s.counter.group_total() == Some(40)
+    })
+    .await;
+    assert_eq!(
+        s.counter.buffered(),
+        4,
+        "a fenced amount was not counted and must be kept"
+    );
+    s.expect_within(3, "the amount counted by the next flush", || {
+        s.events
+            .with_message("flush completed")
+            .iter()
+            .any(|r| r.attribute("amount") == Some("4"))
+    })
+    .await;
+    assert!(s.events.with_message("flush failed").is_empty());
+}
+
+async fn a_run_of_wrong_intervals_is_bounded<R: Runtime>(rt: R) {
+    let s = Setup::new(rt);
+    s.store
+        .then((0..3).map(|_| Action::Reply(reply(Outcome::WrongInterval, None))));
+    s.counter.increment(6);
+    s.expect_within(3, "a flush after the wrong intervals", || {
+        s.store.calls() >= 4
+    })
+    .await;
+    let times = s.store.call_times();
+    assert!(times[1] - times[0] < s.interval() && times[2] - times[1] < s.interval());
+    assert!(
+        times[3] - times[2] >= s.interval(),
+        "the fourth attempt waits an interval"
+    );
+    s.expect_within(1, "the amount counted", || {
+        s.events
+            .with_message("flush completed")
+            .iter()
+            .any(|r| r.attribute("amount") == Some("6"))
+    })
+    .await;
+    assert!(s.events.with_message("flush failed").is_empty());
+}
+
+async fn close_stops_the_tick_and_keeps_counting_locally<R: Runtime>(rt: R) {
+    let s = Setup::new(rt);
+    s.counter.increment(1);
+    s.expect_within(2, "a completed flush", || {
+        !s.events.with_message("flush completed").is_empty()
+    })
+    .await;
+    s.counter.close();
+    s.counter.close();
+    assert!(s.counter.is_closed());
+    s.expect_within(1, "the worker ending", || s.finished.is_finished())
+        .await;
+    let calls = s.store.calls();
+    assert_eq!(s.counter.increment(2), 2);
+    assert_eq!(s.counter.increment(3), 5);
+    s.sleep_intervals(3).await;
+    assert_eq!(s.store.calls(), calls, "nothing may be sent after close");
+    assert_eq!(s.events.messages().last(), Some(&"counter stopped"));
+    assert_eq!(s.events.with_message("counter stopped").len(), 1);
+}
+
+async fn dropping_every_handle_stops_the_tick<R: Runtime>(rt: R) {
+    let s = Setup::new(rt);
+    let clone = s.counter.clone();
+    clone.increment(1);
+    let Setup {
+        counter,
+        finished,
+        timer,
+        events,
+        ..
+    } = s;
+    drop(counter);
+    assert!(!finished.is_finished() || events.messages().contains(&"counter stopped"));
+    drop(clone);
+    assert!(
+        eventually(&timer, Duration::from_secs(1), || finished.is_finished()).await,
+        "the worker must end once every handle is gone"
+    );
+    assert_eq!(events.messages().last(), Some(&"counter stopped"));
+}
+
+macro_rules! on_every_runtime {
+    ($($scenario:ident),* $(,)?) => {
+        mod virtual_time {
+            $(#[test] fn $scenario() { crate::common::runtime::Virtual::run(super::$scenario) })*
+        }
+        mod tokio_paused_time {
+            $(#[test] fn $scenario() { crate::common::runtime::Tokio::run(super::$scenario) })*
+        }
+        mod smol_real_time {
+            $(#[test] fn $scenario() { crate::common::runtime::Smol::run(super::$scenario) })*
+        }
+    };
+}
+
+on_every_runtime!(
+    silent_until_the_first_increment,
+    the_group_total_comes_back_with_the_next_flush,
+    no_previous_total_leaves_the_buffer_as_the_count,
+    a_hanging_flush_makes_the_total_go_stale,
+    a_failed_flush_drops_its_buffer_and_says_so,
+    a_fenced_flush_returns_its_amount_to_the_buffer,
+    a_run_of_wrong_intervals_is_bounded,
+    close_stops_the_tick_and_keeps_counting_locally,
+    dropping_every_handle_stops_the_tick,
+);
