@@ -33,7 +33,7 @@ impl Aim {
     /// Learns the store's clock from a reply to a flush sent at `sent` and answered at
     /// `received` (local times).
     pub(crate) fn observe(&mut self, reply: &FlushReply, sent: Duration, received: Duration) {
-        let start = Duration::from_millis(reply.interval.saturating_mul(self.interval_ms));
+        let start = self.start_of(reply.interval);
         self.anchor = Some(Anchor {
             received,
             store_time: start.saturating_add(reply.phase),
@@ -52,8 +52,37 @@ impl Aim {
     /// The interval a flush sent at `now` should land in; 0 before any reply, which costs one
     /// wrong-interval reply and teaches the store's clock.
     pub(crate) fn expected_interval(&self, now: Duration) -> u64 {
-        self.arrival(now)
-            .map_or(0, |at| at.as_millis() as u64 / self.interval_ms)
+        self.arrival(now).map_or(0, |at| self.interval_of(at))
+    }
+
+    /// How long to wait from `now` so that the next flush arrives in the middle of an interval
+    /// this participant has not added to yet (`last_added` is the last one it has). `None`
+    /// before any reply.
+    ///
+    /// A flush that would still arrive in the first three quarters of such an interval goes at
+    /// once; otherwise it waits for the middle of the next one.
+    pub(crate) fn delay_to_aim(&self, now: Duration, last_added: Option<u64>) -> Option<Duration> {
+        let arrival = self.arrival(now)?;
+        let current = self.interval_of(arrival);
+        let wanted = last_added.map_or(current, |n| n + 1);
+        let interval = Duration::from_millis(self.interval_ms);
+        let phase = arrival.saturating_sub(self.start_of(current));
+        let target = if wanted > current {
+            wanted
+        } else if phase < interval * 3 / 4 {
+            return Some(Duration::ZERO);
+        } else {
+            current + 1
+        };
+        Some((self.start_of(target) + interval / 2).saturating_sub(arrival))
+    }
+
+    fn interval_of(&self, at: Duration) -> u64 {
+        at.as_millis() as u64 / self.interval_ms
+    }
+
+    fn start_of(&self, interval: u64) -> Duration {
+        Duration::from_millis(interval.saturating_mul(self.interval_ms))
     }
 }
 
@@ -85,5 +114,19 @@ mod tests {
         assert_eq!(aim.expected_interval(ms(1010)), 7); // arrives at 750
         assert_eq!(aim.expected_interval(ms(1059)), 7); // arrives at 799
         assert_eq!(aim.expected_interval(ms(1060)), 8); // arrives at 800
+    }
+
+    #[test]
+    fn aims_at_the_middle_of_the_next_interval_not_yet_added_to() {
+        let mut aim = Aim::new(100);
+        let ms = Duration::from_millis;
+        assert_eq!(aim.delay_to_aim(ms(0), None), None);
+        // Applied in 7 at phase 40, round trip 10: a flush sent now arrives at 750.
+        aim.observe(&reply(7, 40), ms(1000), ms(1010));
+        assert_eq!(aim.delay_to_aim(ms(1010), Some(7)), Some(ms(100))); // arrives at 850
+        // Nothing added to 7 yet, and 750 is early in it: go at once.
+        assert_eq!(aim.delay_to_aim(ms(1010), Some(6)), Some(ms(0)));
+        // Late in 7 (arrival 780): wait for the middle of 8.
+        assert_eq!(aim.delay_to_aim(ms(1040), None), Some(ms(70)));
     }
 }

@@ -8,9 +8,10 @@ use crate::clock::Timer;
 use crate::counter::Counter;
 use crate::diagnostics::{Diagnostics, LogDiagnostics, Reporter};
 use crate::error::ConfigError;
-use crate::settings::Settings;
+use crate::settings::{PolicyChoice, Settings};
 use crate::shared::Shared;
 use crate::store::{ParticipantId, Store};
+use crate::timing::Timing;
 use crate::worker::{Tick, Worker};
 
 /// The settings of a counter, from [`Counter::builder`].
@@ -32,6 +33,7 @@ pub struct Builder {
     prefix: String,
     diagnostics: Arc<dyn Diagnostics>,
     participant: Option<ParticipantId>,
+    policy: PolicyChoice,
 }
 
 impl Builder {
@@ -42,6 +44,7 @@ impl Builder {
             prefix: String::new(),
             diagnostics: Arc::new(LogDiagnostics),
             participant: None,
+            policy: PolicyChoice::default(),
         }
     }
 
@@ -67,6 +70,37 @@ impl Builder {
         self
     }
 
+    /// When flushes go out: aimed at the middle of each interval ([`Timing::MidInterval`], the
+    /// default) or an interval after each reply ([`Timing::AfterReply`]).
+    pub fn timing(mut self, timing: Timing) -> Self {
+        self.policy.timing = timing;
+        self
+    }
+
+    /// How long a flush may wait for its reply before it counts as unanswered (and is resent,
+    /// within the resend window). By default the interval, kept between 100 ms and 2 s. This
+    /// keeps a hung client from freezing the counter.
+    pub fn flush_timeout(mut self, timeout: Duration) -> Self {
+        self.policy.flush_timeout = Some(timeout);
+        self
+    }
+
+    /// How long an unanswered flush is resent, with the same sequence number and amount, before
+    /// its amount is dropped and `flush failed` reported. By default a tenth of the fence's
+    /// life (one minute for intervals up to 200 s); at most half of it.
+    ///
+    /// `Duration::ZERO` drops the amount at the first failure, as the original design does.
+    pub fn resend_window(mut self, window: Duration) -> Self {
+        self.policy.resend_window = Some(window);
+        self
+    }
+
+    /// The original design's behaviour: [`Timing::AfterReply`] and no resending.
+    pub fn original_rules(self) -> Self {
+        self.timing(Timing::AfterReply)
+            .resend_window(Duration::ZERO)
+    }
+
     /// Checks the settings and makes the counter: the [`Counter`] handle to count with, and
     /// the [`Worker`] that flushes it, to spawn on the runtime of your choice with `timer` as
     /// its time.
@@ -79,7 +113,7 @@ impl Builder {
         store: S,
         timer: T,
     ) -> Result<(Counter, Worker), ConfigError> {
-        let settings = Settings::new(&self.name, &self.prefix, self.interval)?;
+        let settings = Settings::with_policy(&self.name, &self.prefix, self.interval, self.policy)?;
         let shared = Arc::new(Shared::new(Arc::clone(&settings.name)));
         let (counter, stopped) = Counter::new(Arc::clone(&shared));
         let tick = Tick {
@@ -101,6 +135,7 @@ impl fmt::Debug for Builder {
             .field("interval", &self.interval)
             .field("prefix", &self.prefix)
             .field("participant", &self.participant)
+            .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
 }

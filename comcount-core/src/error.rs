@@ -36,6 +36,15 @@ pub enum ConfigError {
         /// The interval given.
         interval: Duration,
     },
+    /// The flush timeout is zero.
+    FlushTimeoutZero,
+    /// The resend window would let a resent flush outlive half the fence's life.
+    ResendWindowTooLong {
+        /// The window given.
+        window: Duration,
+        /// How long the fence lives.
+        fence_ttl: Duration,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -72,6 +81,17 @@ impl fmt::Display for ConfigError {
                 f,
                 "the interval {interval:?} is too long to express three of them in \
                  milliseconds: use an interval under a million years"
+            ),
+            ConfigError::FlushTimeoutZero => f.write_str(
+                "the flush timeout is zero, so every flush would time out: give the store \
+                 at least a few round trips, e.g. Duration::from_millis(100)",
+            ),
+            ConfigError::ResendWindowTooLong { window, fence_ttl } => write!(
+                f,
+                "the resend window {window:?} is longer than half the fence's life \
+                 ({fence_ttl:?}): a resent flush must never outlive the fence that stops it \
+                 counting twice, so use a window under {:?}",
+                *fence_ttl / 2
             ),
         }
     }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::ConfigError;
+use crate::timing::{Policy, Timing};
 
 /// How long a fence lives at the least, whatever the interval: long enough that no stray copy
 /// of a flush, replayed by a client or held up in the network, can outlive it.
@@ -18,10 +19,29 @@ pub(crate) struct Settings {
     pub(crate) interval: Duration,
     pub(crate) interval_ms: u64,
     pub(crate) fence_ttl_ms: u64,
+    pub(crate) policy: Policy,
+}
+
+/// The tick's settings as a builder holds them, before the checks.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PolicyChoice {
+    pub(crate) timing: Timing,
+    pub(crate) flush_timeout: Option<Duration>,
+    pub(crate) resend_window: Option<Duration>,
 }
 
 impl Settings {
+    #[cfg(test)]
     pub(crate) fn new(name: &str, prefix: &str, interval: Duration) -> Result<Self, ConfigError> {
+        Self::with_policy(name, prefix, interval, PolicyChoice::default())
+    }
+
+    pub(crate) fn with_policy(
+        name: &str,
+        prefix: &str,
+        interval: Duration,
+        choice: PolicyChoice,
+    ) -> Result<Self, ConfigError> {
         if name.is_empty() {
             return Err(ConfigError::EmptyName);
         }
@@ -35,6 +55,22 @@ impl Settings {
         }
         let interval_ms = interval_millis(interval)?;
         let fence_ttl_ms = (3 * interval_ms).max(FENCE_TTL_FLOOR.as_millis() as u64);
+        let fence_ttl = Duration::from_millis(fence_ttl_ms);
+        let flush_timeout = choice
+            .flush_timeout
+            .unwrap_or_else(|| Policy::default_flush_timeout(interval));
+        if flush_timeout.is_zero() {
+            return Err(ConfigError::FlushTimeoutZero);
+        }
+        let resend_window = choice
+            .resend_window
+            .unwrap_or_else(|| Policy::default_resend_window(fence_ttl));
+        if resend_window > fence_ttl / 2 {
+            return Err(ConfigError::ResendWindowTooLong {
+                window: resend_window,
+                fence_ttl,
+            });
+        }
         Ok(Self {
             name: name.into(),
             prefix: prefix.into(),
@@ -42,6 +78,11 @@ impl Settings {
             interval,
             interval_ms,
             fence_ttl_ms,
+            policy: Policy {
+                timing: choice.timing,
+                flush_timeout,
+                resend_window,
+            },
         })
     }
 }
@@ -73,6 +114,9 @@ mod tests {
         assert_eq!(&*s.key_base, "svc:{requests}");
         assert_eq!(s.interval_ms, 5000);
         assert_eq!(s.fence_ttl_ms, 600_000);
+        assert_eq!(s.policy.timing, Timing::MidInterval);
+        assert_eq!(s.policy.flush_timeout, Duration::from_secs(2));
+        assert_eq!(s.policy.resend_window, Duration::from_secs(60));
         let long = Settings::new("r", "", Duration::from_secs(3600)).unwrap();
         assert_eq!(long.fence_ttl_ms, 3 * 3_600_000);
     }
@@ -107,6 +151,22 @@ mod tests {
         assert!(matches!(
             Settings::new("a", "", Duration::from_secs(u64::MAX / 2)).unwrap_err(),
             ConfigError::IntervalTooLong { .. }
+        ));
+        let zero_timeout = PolicyChoice {
+            flush_timeout: Some(Duration::ZERO),
+            ..PolicyChoice::default()
+        };
+        assert_eq!(
+            Settings::with_policy("a", "", ms, zero_timeout).unwrap_err(),
+            ConfigError::FlushTimeoutZero
+        );
+        let long_window = PolicyChoice {
+            resend_window: Some(Duration::from_secs(301)),
+            ..PolicyChoice::default()
+        };
+        assert!(matches!(
+            Settings::with_policy("a", "", ms, long_window).unwrap_err(),
+            ConfigError::ResendWindowTooLong { .. }
         ));
     }
 }

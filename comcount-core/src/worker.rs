@@ -8,18 +8,12 @@ use std::task::{Context, Poll};
 
 use futures::channel::oneshot;
 
-use crate::aim::Aim;
 use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
-use crate::error::StoreError;
+use crate::flusher::Flusher;
 use crate::settings::Settings;
 use crate::shared::Shared;
-use crate::store::{FlushReply, FlushRequest, Outcome, ParticipantId, Store};
-use crate::watch::Watch;
-
-/// How many wrong-interval replies in a row one flush may get before it waits an interval;
-/// each costs a round trip, so a run of them is short and never a busy loop.
-const MAX_WRONG_INTERVAL: u32 = 3;
+use crate::store::{ParticipantId, Store};
 
 /// The background task of a [`Counter`](crate::Counter): a future to spawn on any executor.
 ///
@@ -52,6 +46,15 @@ impl Worker {
         Self {
             future: Box::pin(tick.run(stopped)),
         }
+    }
+
+    /// The size in bytes of the background task this worker keeps on the heap: the state
+    /// machine of its flush loop, which depends on the store and timer it was built with.
+    ///
+    /// For benchmarks and memory budgets; not part of the stable API.
+    #[doc(hidden)]
+    pub fn task_size(&self) -> usize {
+        std::mem::size_of_val(&*self.future)
     }
 }
 
@@ -94,142 +97,8 @@ impl<S: Store, T: Timer> Tick<S, T> {
             prefix: &settings.prefix,
             store: store.name(),
         });
-        let mut flusher = Flusher {
-            watch: Watch::new(
-                timer.clone(),
-                Arc::clone(&shared),
-                report.clone(),
-                settings.interval,
-            ),
-            aim: Aim::new(settings.interval_ms),
-            request: FlushRequest {
-                key_base: Arc::clone(&settings.key_base),
-                participant,
-                seq: 0,
-                amount: 0,
-                interval_ms: settings.interval_ms,
-                expect: 0,
-                fence_ttl_ms: settings.fence_ttl_ms,
-            },
-            shared,
-            store,
-            timer,
-            settings,
-            report: report.clone(),
-        };
+        let mut flusher = Flusher::new(shared, store, timer, settings, report.clone(), participant);
         flusher.run(&mut stop).await;
         report.emit(Event::CounterStopped);
     }
 }
-
-struct Flusher<S, T> {
-    shared: Arc<Shared>,
-    store: S,
-    timer: T,
-    settings: Settings,
-    report: Reporter,
-    watch: Watch<T>,
-    aim: Aim,
-    request: FlushRequest,
-}
-
-impl<S: Store, T: Timer> Flusher<S, T> {
-    /// Waits for the first increment, then flushes and waits an interval after each reply, until
-    /// stopped.
-    async fn run(&mut self, stop: &mut oneshot::Receiver<()>) -> Option<()> {
-        self.watch.until(self.shared.started(), stop).await?;
-        loop {
-            self.flush(stop).await?;
-            let pause = self.timer.sleep(self.settings.interval);
-            self.watch.until(pause, stop).await?;
-        }
-    }
-
-    /// Sends the buffer as one new flush and settles what became of it.
-    async fn flush(&mut self, stop: &mut oneshot::Receiver<()>) -> Option<()> {
-        self.request.seq += 1;
-        self.request.amount = self.shared.buffer.take();
-        let mut wrong_intervals = 0;
-        loop {
-            self.request.expect = self.aim.expected_interval(self.timer.now());
-            let sent = self.timer.now();
-            let reply = self
-                .watch
-                .until(self.store.flush(&self.request, &self.report), stop)
-                .await?;
-            let reply = match reply {
-                Ok(reply) => reply,
-                Err(error) => {
-                    self.fail(&error, self.request.amount);
-                    return Some(());
-                }
-            };
-            self.aim.observe(&reply, sent, self.timer.now());
-            if reply.outcome == Outcome::WrongInterval {
-                wrong_intervals += 1;
-                if wrong_intervals < MAX_WRONG_INTERVAL {
-                    continue;
-                }
-            }
-            self.settle(&reply);
-            return Some(());
-        }
-    }
-
-    /// Takes a reply as final for the current flush.
-    fn settle(&mut self, reply: &FlushReply) {
-        let amount = self.request.amount;
-        match reply.outcome {
-            Outcome::Applied | Outcome::Duplicate => {
-                self.watch.refresh(reply.previous_total);
-                self.report.emit(Event::FlushCompleted {
-                    interval: reply.interval,
-                    amount,
-                    count: self.shared.count(),
-                });
-            }
-            Outcome::Fenced => {
-                self.watch.refresh(reply.previous_total);
-                self.put_back(amount);
-            }
-            Outcome::Stale => {
-                self.watch.refresh(reply.previous_total);
-                self.fail(&StoreError::refused(StaleFlush), amount);
-            }
-            // The store read no total then; nothing was written, so the amount goes back to
-            // try again at the next flush.
-            Outcome::WrongInterval => self.put_back(amount),
-        }
-    }
-
-    /// Returns an amount that was certainly not counted to the buffer.
-    fn put_back(&self, amount: u64) {
-        let overflow = self.shared.buffer.put_back(amount);
-        if overflow > 0 {
-            self.fail(
-                &StoreError::refused(crate::AmountError::BufferFull { amount }),
-                overflow,
-            );
-        }
-    }
-
-    fn fail(&self, error: &StoreError, dropped: u64) {
-        self.report.emit(Event::FlushFailed { error, dropped });
-    }
-}
-
-/// A flush the store found older than one it already applied from this participant: two live
-/// participants share an id.
-#[derive(Debug)]
-struct StaleFlush;
-
-impl fmt::Display for StaleFlush {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(
-            "the store already applied a later flush under this participant id; \
-             give every live participant its own id",
-        )
-    }
-}
-
-impl std::error::Error for StaleFlush {}

@@ -3,3 +3,4 @@
 
 pub mod runtime;
 pub mod scripted;
+pub mod sim;

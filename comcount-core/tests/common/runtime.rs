@@ -22,6 +22,9 @@ pub trait Runtime: Clone + 'static {
 
     /// The interval scenarios run at: long on simulated time, short on real time.
     fn interval(&self) -> Duration;
+
+    /// Whether time is simulated, so that a timer fires exactly when due.
+    fn exact_time(&self) -> bool;
 }
 
 #[derive(Clone, Default)]
@@ -117,6 +120,10 @@ impl Runtime for Virtual {
     fn interval(&self) -> Duration {
         Duration::from_secs(1)
     }
+
+    fn exact_time(&self) -> bool {
+        true
+    }
 }
 
 /// tokio with paused time: deterministic, and time jumps while everything waits.
@@ -154,6 +161,10 @@ impl Runtime for Tokio {
     fn interval(&self) -> Duration {
         Duration::from_secs(1)
     }
+
+    fn exact_time(&self) -> bool {
+        true
+    }
 }
 
 /// smol on real time, with a short interval.
@@ -184,6 +195,10 @@ impl Runtime for Smol {
     }
 
     fn interval(&self) -> Duration {
-        Duration::from_millis(50)
+        Duration::from_millis(100)
+    }
+
+    fn exact_time(&self) -> bool {
+        false
     }
 }

@@ -1,0 +1,295 @@
+//! A simulated store for model tests: the protocol's reference implementation on a skewable
+//! clock, with faults injected flush by flush and a record of everything it did.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use comcount_core::clock::{Clock, Timer, VirtualClock};
+use comcount_core::diagnostics::{Recorder, Reporter};
+use comcount_core::{FlushReply, FlushRequest, MemoryStore, Outcome, Store, StoreError};
+use futures::FutureExt;
+
+/// The store's time: the participants' virtual time, plus a base, plus a skew that tests move
+/// back and forth.
+#[derive(Clone)]
+pub struct StoreClock {
+    clock: VirtualClock,
+    skew_ms: Arc<Mutex<i64>>,
+}
+
+const BASE: Duration = Duration::from_secs(1_000_000);
+
+impl Clock for StoreClock {
+    fn now(&self) -> Duration {
+        let skew = *self.skew_ms.lock().unwrap();
+        let now = BASE + self.clock.now();
+        if skew >= 0 {
+            now + Duration::from_millis(skew as u64)
+        } else {
+            now.saturating_sub(Duration::from_millis(skew.unsigned_abs()))
+        }
+    }
+}
+
+/// What happens to one flush on its way.
+#[derive(Clone, Copy, Debug)]
+pub enum Fault {
+    /// Nothing: applied and answered at once.
+    None,
+    /// Applied, but the reply is lost.
+    ReplyLostAfter,
+    /// Lost before it reached the store.
+    LostBefore,
+    /// Reaches the store after a delay, then is answered.
+    Delay(Duration),
+    /// Reaches nothing; the client gives up after this long.
+    Hang(Duration),
+    /// Applied and answered (or not), and the client sends a copy again after this long.
+    Replayed { after: Duration, reply_lost: bool },
+    /// Lost at first; the client sends it again after this long, and that reply is lost too.
+    LostThenReplayed { after: Duration },
+}
+
+/// One run of the flush on the store.
+#[derive(Clone, Debug)]
+pub struct Application {
+    pub request: FlushRequest,
+    pub reply: Result<FlushReply, String>,
+    /// The key's total right after.
+    pub total_after: Option<u64>,
+    /// Whether the participant got this reply.
+    pub delivered: bool,
+    /// Whether it was a client's replay rather than the participant's own send.
+    pub replay: bool,
+}
+
+/// A flush the participant saw fail.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub participant: u64,
+    pub seq: u64,
+    pub amount: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    faults: VecDeque<Fault>,
+    replays: Vec<(Duration, FlushRequest)>,
+    applications: Vec<Application>,
+    failures: Vec<Failure>,
+    /// Per participant: when it last got a reply with a total, and that total.
+    last_reply: Vec<(u64, Duration, Option<u64>)>,
+    in_flight: usize,
+    /// Per participant, the sequence number of its last own send.
+    last_sent: std::collections::HashMap<u64, u64>,
+}
+
+#[derive(Clone)]
+pub struct SimStore {
+    pub clock: VirtualClock,
+    store_clock: StoreClock,
+    memory: MemoryStore<StoreClock>,
+    inner: Arc<Mutex<Inner>>,
+    reporter: Reporter,
+}
+
+impl SimStore {
+    pub fn new(clock: VirtualClock) -> Self {
+        let store_clock = StoreClock {
+            clock: clock.clone(),
+            skew_ms: Arc::default(),
+        };
+        Self {
+            memory: MemoryStore::with_clock(store_clock.clone()),
+            store_clock,
+            clock,
+            inner: Arc::default(),
+            reporter: Reporter::new("sim", Arc::new(Recorder::new())),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap()
+    }
+
+    pub fn set_faults(&self, faults: impl IntoIterator<Item = Fault>) {
+        self.lock().faults = faults.into_iter().collect();
+    }
+
+    pub fn clear_faults(&self) {
+        self.lock().faults.clear();
+    }
+
+    pub fn skew(&self, by_ms: i64) {
+        *self.store_clock.skew_ms.lock().unwrap() += by_ms;
+    }
+
+    pub fn applications(&self) -> Vec<Application> {
+        self.lock().applications.clone()
+    }
+
+    pub fn failures(&self) -> Vec<Failure> {
+        self.lock().failures.clone()
+    }
+
+    /// The sequence number of the participant's last own send.
+    pub fn last_sent(&self, participant: u64) -> Option<u64> {
+        self.lock().last_sent.get(&participant).copied()
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.lock().in_flight
+    }
+
+    /// What the participant last learned: when, and the total (`None` for no key).
+    pub fn last_reply(&self, participant: u64) -> Option<(Duration, Option<u64>)> {
+        self.lock()
+            .last_reply
+            .iter()
+            .rev()
+            .find(|(p, _, _)| *p == participant)
+            .map(|(_, at, total)| (*at, *total))
+    }
+
+    /// When the next replay is due.
+    pub fn next_replay(&self) -> Option<Duration> {
+        self.lock().replays.iter().map(|(at, _)| *at).min()
+    }
+
+    /// Runs the replays that are due.
+    pub fn run_due_replays(&self) {
+        let now = self.clock.now();
+        let due: Vec<_> = {
+            let mut inner = self.lock();
+            let (due, later) = std::mem::take(&mut inner.replays)
+                .into_iter()
+                .partition::<Vec<_>, _>(|(at, _)| *at <= now);
+            inner.replays = later;
+            due
+        };
+        for (_, request) in due {
+            let _ = self.apply(&request, false, true);
+        }
+    }
+
+    fn apply(
+        &self,
+        request: &FlushRequest,
+        delivered: bool,
+        replay: bool,
+    ) -> Result<FlushReply, StoreError> {
+        let reply = self
+            .memory
+            .flush(request, &self.reporter)
+            .now_or_never()
+            .expect("the memory store answers at once");
+        let total_after = self.memory.total(&request.expected_key());
+        let mut inner = self.lock();
+        inner.applications.push(Application {
+            request: request.clone(),
+            reply: reply.as_ref().map(|r| *r).map_err(|e| e.to_string()),
+            total_after,
+            delivered,
+            replay,
+        });
+        if delivered
+            && let Ok(r) = &reply
+            && r.outcome != Outcome::WrongInterval
+        {
+            let now = self.clock.now();
+            inner
+                .last_reply
+                .push((request.participant.as_u64(), now, r.previous_total));
+        }
+        reply
+    }
+
+    fn fail(&self, request: &FlushRequest) -> StoreError {
+        self.lock().failures.push(Failure {
+            participant: request.participant.as_u64(),
+            seq: request.seq,
+            amount: request.amount,
+        });
+        StoreError::unanswered("simulated loss")
+    }
+
+    fn replay_later(&self, request: &FlushRequest, after: Duration) {
+        let at = self.clock.now() + after;
+        self.lock().replays.push((at, request.clone()));
+    }
+
+    async fn run(&self, request: FlushRequest) -> Result<FlushReply, StoreError> {
+        let fault = self.lock().faults.pop_front().unwrap_or(Fault::None);
+        match fault {
+            Fault::None => self.apply(&request, true, false),
+            Fault::ReplyLostAfter => {
+                self.apply(&request, false, false).ok();
+                Err(self.fail(&request))
+            }
+            Fault::LostBefore => Err(self.fail(&request)),
+            Fault::Delay(by) => {
+                self.clock.sleep(by).await;
+                self.apply(&request, true, false)
+            }
+            Fault::Hang(by) => {
+                self.clock.sleep(by).await;
+                Err(self.fail(&request))
+            }
+            Fault::Replayed { after, reply_lost } => {
+                self.replay_later(&request, after);
+                if reply_lost {
+                    self.apply(&request, false, false).ok();
+                    Err(self.fail(&request))
+                } else {
+                    self.apply(&request, true, false)
+                }
+            }
+            Fault::LostThenReplayed { after } => {
+                self.replay_later(&request, after);
+                Err(self.fail(&request))
+            }
+        }
+    }
+}
+
+impl Store for SimStore {
+    fn name(&self) -> &str {
+        "sim"
+    }
+
+    fn flush(
+        &self,
+        request: &FlushRequest,
+        _report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        let this = self.clone();
+        let request = request.clone();
+        self.lock()
+            .last_sent
+            .insert(request.participant.as_u64(), request.seq);
+        let future: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(async move {
+            let _in_flight = InFlight::new(&this);
+            this.run(request).await
+        });
+        future
+    }
+}
+
+/// Counts a flush as in flight for as long as its future lives, cancelled ones included.
+struct InFlight<'a>(&'a SimStore);
+
+impl<'a> InFlight<'a> {
+    fn new(store: &'a SimStore) -> Self {
+        store.lock().in_flight += 1;
+        Self(store)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.lock().in_flight -= 1;
+    }
+}
