@@ -39,9 +39,9 @@
 //! // The first flushes go out at once and add both buffers to interval 0.
 //! pool.run_until_stalled();
 //! assert_eq!(store.total("{requests}:0"), Some(10));
-//! // A second later, the next flushes land in interval 1 and bring back interval 0's total:
+//! // The next flushes aim at the middle of interval 1 and bring back interval 0's total:
 //! // each participant now knows the group reached 10.
-//! clock.advance(Duration::from_secs(1));
+//! clock.advance(Duration::from_millis(1500));
 //! pool.run_until_stalled();
 //! assert_eq!(counters[0].increment(0), 10);
 //! assert_eq!(counters[1].group_total(), Some(10));
