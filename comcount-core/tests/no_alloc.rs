@@ -1,0 +1,94 @@
+//! `Counter::increment` allocates nothing, on one thread or on several at once.
+//!
+//! This file is a test binary of its own so that the counting allocator below is the global
+//! allocator of these tests alone. It comes from `stats_alloc`, a small wrapper around the
+//! system allocator without dependencies: it counts in global atomics, so it sees the
+//! allocations of every thread (a thread-local count would miss those of the other threads),
+//! and it keeps the `unsafe impl GlobalAlloc` out of this workspace, which forbids unsafe code.
+//!
+//! The allocator counts for the whole process, so everything is measured in one test: tests
+//! running side by side would count each other's allocations.
+
+use std::alloc::System;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Barrier;
+use std::task::{Context, Poll};
+use std::thread;
+use std::time::Duration;
+
+use comcount_core::{Counter, MemoryStore, clock::VirtualClock};
+use futures::task::noop_waker_ref;
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// Increments per thread in each measurement.
+const N: u64 = 100_000;
+/// Threads incrementing at once, besides the test's own.
+const THREADS: usize = 3;
+
+#[test]
+fn increments_after_the_first_allocate_nothing() {
+    let (counter, mut worker) = Counter::builder("no-alloc", Duration::from_secs(1))
+        .build(MemoryStore::new(), VirtualClock::new())
+        .unwrap();
+    // Polled once, the worker waits for the first increment with its waker registered, so
+    // that the first increment really wakes it, as it would on an executor.
+    let mut cx = Context::from_waker(noop_waker_ref());
+    assert_eq!(Pin::new(&mut worker).poll(&mut cx), Poll::Pending);
+    assert_eq!(counter.increment(1), 1);
+
+    // One thread.
+    let region = Region::new(GLOBAL);
+    let mut last = 0;
+    for _ in 0..N {
+        last = counter.increment(1);
+    }
+    let alone = region.change();
+    assert_eq!(last, 1 + N);
+    assert_eq!(
+        (alone.allocations, alone.reallocations),
+        (0, 0),
+        "{N} increments on one thread allocated: {alone:?}"
+    );
+
+    // Several threads on the same counter. Spawning allocates, so the threads are spawned
+    // first and released together once the count has started; they stay alive until it has
+    // been read, so that nothing they do on exit is counted.
+    let start = Barrier::new(THREADS + 1);
+    let done = Barrier::new(THREADS + 1);
+    let exit = Barrier::new(THREADS + 1);
+    let together = thread::scope(|scope| {
+        for _ in 0..THREADS {
+            let counter = counter.clone();
+            let (start, done, exit) = (&start, &done, &exit);
+            scope.spawn(move || {
+                start.wait();
+                for _ in 0..N {
+                    counter.increment(1);
+                }
+                done.wait();
+                exit.wait();
+            });
+        }
+        let region = Region::new(GLOBAL);
+        start.wait();
+        for _ in 0..N {
+            counter.increment(1);
+        }
+        done.wait();
+        let together = region.change();
+        exit.wait();
+        together
+    });
+    assert_eq!(counter.buffered(), 1 + N + (THREADS as u64 + 1) * N);
+    assert_eq!(
+        (together.allocations, together.reallocations),
+        (0, 0),
+        "{N} increments on each of {} threads allocated: {together:?}",
+        THREADS + 1
+    );
+    drop((counter, worker));
+}
