@@ -30,7 +30,7 @@ impl Shared {
         }
     }
 
-    /// The hot path: one `fetch_add`, two loads, and a wake only on the very first call.
+    /// The hot path: one compare-and-swap, two loads, and a wake only on the very first call.
     #[inline]
     pub(crate) fn increment(&self, amount: u64) -> Result<u64, AmountError> {
         let buffered = self.buffer.add(amount)?;

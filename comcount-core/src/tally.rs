@@ -1,7 +1,7 @@
 //! The two numbers a counter answers from: its unsent buffer and the group's last total.
 //!
-//! Both are single atomics, so `increment` is one `fetch_add` and one load, with no lock, no
-//! allocation and no system call.
+//! Both are single atomics, so `increment` is one compare-and-swap and one load, with no
+//! lock, no allocation and no system call.
 
 use crate::error::AmountError;
 use crate::sync::{AtomicU64, Ordering::Relaxed};
@@ -14,22 +14,29 @@ pub(crate) const MAX: u64 = i64::MAX as u64;
 pub(crate) struct Buffer(AtomicU64);
 
 impl Buffer {
-    /// Adds `amount` and returns the buffer after it.
+    /// Adds `amount` and returns the buffer after it; refuses an add that would take the
+    /// buffer past [`MAX`], leaving it as it was.
     ///
-    /// The add is a plain `fetch_add`; one that takes the buffer past [`MAX`] is undone and
-    /// refused. Amounts are at most `MAX` and the buffer was at most `MAX`, so the `u64` itself
-    /// cannot wrap for any one add.
+    /// A compare-and-swap, so the buffer never holds more than [`MAX`], not even for an
+    /// instant: a `fetch_add` undone after the fact could let the tick take an amount that a
+    /// failing add was about to take back.
     #[inline]
     pub(crate) fn add(&self, amount: u64) -> Result<u64, AmountError> {
         if amount > MAX {
             return Err(AmountError::TooLarge { amount });
         }
-        let after = self.0.fetch_add(amount, Relaxed).wrapping_add(amount);
-        if after > MAX {
-            self.0.fetch_sub(amount, Relaxed);
-            return Err(AmountError::BufferFull { amount });
+        let mut now = self.0.load(Relaxed);
+        loop {
+            // Both are at most MAX, so the sum cannot wrap.
+            let after = now + amount;
+            if after > MAX {
+                return Err(AmountError::BufferFull { amount });
+            }
+            match self.0.compare_exchange_weak(now, after, Relaxed, Relaxed) {
+                Ok(_) => return Ok(after),
+                Err(actual) => now = actual,
+            }
         }
-        Ok(after)
     }
 
     /// Takes the whole buffer, leaving zero.
@@ -92,7 +99,7 @@ pub(crate) fn count(group: Option<u64>, buffered: u64) -> u64 {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(comcount_loom)))]
 mod tests {
     use super::*;
 
@@ -138,7 +145,7 @@ mod tests {
     }
 }
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, comcount_loom))]
 mod loom_tests {
     use super::*;
     use loom::sync::Arc;
