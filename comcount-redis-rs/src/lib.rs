@@ -1,1 +1,128 @@
-//! Placeholder.
+//! Distributed counting on Redis through the [redis-rs](redis) client.
+//!
+//! Every participant of a distributed system holds a [`Counter`]; [`Counter::increment`] adds to
+//! a local buffer and returns at once the best lower bound on what the whole group has counted.
+//! Once an interval the counter's [`Worker`] sends the buffer to Redis, where one Lua script adds
+//! it to the running total of the interval the server's clock is in and answers with the total
+//! of the interval before. A fence key per participant makes sure a participant adds to each
+//! interval at most once, whatever the client replays.
+//!
+//! This crate provides [`RedisStore`], the [`Store`] for redis-rs 1.x async connections, and
+//! re-exports both [`comcount_core`] (everything at the crate root) and [`redis`], so one
+//! dependency is enough.
+//!
+//! # Features
+//!
+//! | feature | default | gives |
+//! | --- | --- | --- |
+//! | `tokio` | yes | redis-rs on tokio (`redis/tokio-comp`) and [`clock::TokioTimer`] |
+//! | `connection-manager` | yes | redis-rs's reconnecting [`redis::aio::ConnectionManager`] |
+//! | `smol` | no | redis-rs on smol (`redis/smol-comp`) and `clock::SmolTimer` |
+//! | `cluster` | no | Redis Cluster through `redis::cluster_async::ClusterConnection` |
+//!
+//! One of `tokio` or `smol` is needed. With both on, redis-rs uses tokio inside a tokio runtime
+//! and smol elsewhere.
+//!
+//! # On tokio
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use comcount_redis_rs::{Counter, RedisStore, clock::TokioTimer};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = comcount_redis_rs::redis::Client::open("redis://127.0.0.1/")?;
+//! // A multiplexed connection, or a ConnectionManager that reconnects by itself:
+//! let connection = client.get_connection_manager().await?;
+//! let store = RedisStore::new(connection);
+//!
+//! let (counter, worker) = Counter::builder("requests", Duration::from_secs(5))
+//!     .prefix("my-service:")
+//!     .build(store, TokioTimer::new())?;
+//! tokio::spawn(worker);
+//!
+//! // Wherever the thing being counted happens:
+//! let count = counter.increment(1);
+//! if count > 10_000 {
+//!     // The group has reached at least 10 000: shed load, alert, ...
+//! }
+//!
+//! // No parting flush: close() stops the worker and sends nothing.
+//! counter.close();
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Counters can share one connection: build each with `RedisStore::new(connection.clone())`.
+//!
+//! # On smol
+//!
+//! ```no_run
+//! # #[cfg(feature = "smol")]
+//! # fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use comcount_redis_rs::{Counter, RedisStore, clock::SmolTimer};
+//!
+//! smol::block_on(async {
+//!     let client = comcount_redis_rs::redis::Client::open("redis://127.0.0.1/")?;
+//!     let connection = client.get_multiplexed_async_connection().await?;
+//!     let (counter, worker) = Counter::builder("requests", Duration::from_secs(5))
+//!         .build(RedisStore::new(connection), SmolTimer::new())?;
+//!     smol::spawn(worker).detach();
+//!     counter.increment(1);
+//!     Ok(())
+//! })
+//! # }
+//! ```
+//!
+//! # Redis Cluster
+//!
+//! Every key of a counter carries its name as a hash tag, `prefix{name}:N` for the total of
+//! interval `N` and `prefix{name}:f:ID` for a participant's fence, so all keys of one counter
+//! live in one slot and the script declares every key it touches: it runs on the node that owns
+//! the counter's slot, and follows that slot through resharding and failover. Different
+//! counters spread over the cluster by name.
+//!
+//! ```no_run
+//! # #[cfg(feature = "cluster")]
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use comcount_redis_rs::{Counter, RedisStore, clock::TokioTimer};
+//! use comcount_redis_rs::redis::cluster::ClusterClient;
+//!
+//! let client = ClusterClient::new(vec!["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])?;
+//! let connection = client.get_async_connection().await?;
+//! let (counter, worker) = Counter::builder("requests", Duration::from_secs(5))
+//!     .build(RedisStore::new(connection), TokioTimer::new())?;
+//! tokio::spawn(worker);
+//! counter.increment(1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The cluster client retries a command whose connection dropped, and one that ran into its
+//! response timeout, so a flush may reach the server twice. The participant's fence turns the
+//! second copy into a duplicate: it is never counted twice. `SCRIPT LOAD` goes to every node, so
+//! a node that joins later or restarts gets the script on the first `NOSCRIPT`.
+//!
+//! # Errors
+//!
+//! A flush that fails never reaches the caller of `increment`; the counter reports it as
+//! `flush failed`. The store sorts redis-rs errors into the kinds of [`StoreErrorKind`]: an error
+//! reply from the server (a script error, an overflowing total, `MOVED`, `ASK`, `CLUSTERDOWN`)
+//! is [`Refused`](StoreErrorKind::Refused), nothing written; a lost connection or a timeout is
+//! [`Unanswered`](StoreErrorKind::Unanswered); a reply that is not the script's is
+//! [`Malformed`](StoreErrorKind::Malformed).
+
+#[cfg(not(any(feature = "tokio", feature = "smol")))]
+compile_error!(
+    "comcount-redis-rs needs an async runtime for redis-rs: enable the `tokio` feature \
+     (the default) or the `smol` feature"
+);
+
+mod errors;
+mod reply;
+mod store;
+
+pub use comcount_core::*;
+pub use redis;
+pub use store::RedisStore;

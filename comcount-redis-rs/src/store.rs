@@ -1,0 +1,112 @@
+//! The store: the flush script over any redis-rs async connection.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use comcount_core::diagnostics::{Event, Reporter};
+use comcount_core::{FlushReply, FlushRequest, Store, StoreError, script};
+use redis::aio::ConnectionLike;
+use redis::{Cmd, Value};
+
+use crate::errors::{classify, is_no_script};
+use crate::reply::decode;
+
+/// A [`Store`] on Redis through a redis-rs async connection.
+///
+/// `C` is any connection that redis-rs can run commands on and that clones cheaply into a
+/// handle on the same connection: [`redis::aio::MultiplexedConnection`],
+/// [`redis::aio::ConnectionManager`] (feature `connection-manager`), or
+/// [`redis::cluster_async::ClusterConnection`] (feature `cluster`). Each flush runs the flush
+/// script with `EVALSHA`; when the server answers `NOSCRIPT` (first use, after `SCRIPT FLUSH`,
+/// a restart or a failover) the store loads the script with `SCRIPT LOAD`, reports
+/// [`Event::ScriptLoaded`], and sends the `EVALSHA` again.
+#[derive(Clone)]
+pub struct RedisStore<C> {
+    connection: C,
+    sha: Arc<str>,
+}
+
+impl<C> RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// A store that sends its flushes over `connection`.
+    pub fn new(connection: C) -> Self {
+        Self {
+            connection,
+            sha: redis::Script::new(script::SOURCE).get_hash().into(),
+        }
+    }
+
+    /// The connection the store sends over.
+    pub fn connection(&self) -> &C {
+        &self.connection
+    }
+
+    /// The SHA-1 of the flush script, as `EVALSHA` names it.
+    pub fn script_sha(&self) -> &str {
+        &self.sha
+    }
+}
+
+impl<C> Store for RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn name(&self) -> &str {
+        "redis-rs"
+    }
+
+    fn flush(
+        &self,
+        request: &FlushRequest,
+        report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        let mut connection = self.connection.clone();
+        let evalsha = evalsha(&self.sha, request);
+        let report = report.clone();
+        async move {
+            let value = match evalsha.query_async::<Value>(&mut connection).await {
+                Ok(value) => value,
+                Err(error) if is_no_script(&error) => {
+                    let sha: String = load()
+                        .query_async(&mut connection)
+                        .await
+                        .map_err(classify)?;
+                    report.emit(Event::ScriptLoaded { sha: &sha });
+                    evalsha
+                        .query_async::<Value>(&mut connection)
+                        .await
+                        .map_err(classify)?
+                }
+                Err(error) => return Err(classify(error)),
+            };
+            decode(&value)
+        }
+    }
+}
+
+/// `EVALSHA sha 3 keys... args...` for one flush.
+fn evalsha(sha: &str, request: &FlushRequest) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    let keys = request.keys();
+    cmd.arg(sha).arg(keys.len()).arg(&keys[..]);
+    cmd.arg(&script::arguments(request)[..]);
+    cmd
+}
+
+/// `SCRIPT LOAD source`; redis-rs sends it to every node of a cluster.
+fn load() -> Cmd {
+    let mut cmd = redis::cmd("SCRIPT");
+    cmd.arg("LOAD").arg(script::SOURCE);
+    cmd
+}
+
+impl<C> fmt::Debug for RedisStore<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("script_sha", &self.sha)
+            .finish_non_exhaustive()
+    }
+}
