@@ -1,1 +1,109 @@
-//! Placeholder.
+//! Distributed counting on Redis through the [fred] client.
+//!
+//! Every participant of a distributed system holds a [`Counter`]; [`Counter::increment`] adds to
+//! a local buffer and returns at once the best lower bound on what the whole group has counted.
+//! Once an interval the counter's [`Worker`] sends the buffer to Redis, where one Lua script adds
+//! it to the running total of the interval the server's clock is in and answers with the total
+//! of the interval before. A fence key per participant makes sure a participant adds to each
+//! interval at most once, whatever the client replays.
+//!
+//! This crate provides [`FredStore`], the [`Store`] for fred 10 clients and pools on tokio, and
+//! re-exports both [`comcount_core`] (everything at the crate root) and [`fred`], so one
+//! dependency is enough.
+//!
+//! # Usage
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use comcount_fred::{Counter, FredStore, clock::TokioTimer};
+//! use comcount_fred::fred::prelude::*;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = Config::from_url("redis://127.0.0.1:6379")?;
+//! let client = Builder::from_config(config).build()?;
+//! client.init().await?;
+//!
+//! let (counter, worker) = Counter::builder("requests", Duration::from_secs(5))
+//!     .prefix("my-service:")
+//!     .build(FredStore::new(client.clone()), TokioTimer::new())?;
+//! tokio::spawn(worker);
+//!
+//! // Wherever the thing being counted happens:
+//! let count = counter.increment(1);
+//! if count > 10_000 {
+//!     // The group has reached at least 10 000: shed load, alert, ...
+//! }
+//!
+//! // No parting flush: close() stops the worker and sends nothing. The client is yours.
+//! counter.close();
+//! client.quit().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A pool works the same way:
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! # use comcount_fred::{Counter, FredStore, clock::TokioTimer};
+//! # use comcount_fred::fred::prelude::*;
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = Builder::from_config(Config::from_url("redis://127.0.0.1:6379")?).build_pool(4)?;
+//! pool.init().await?;
+//! let (counter, worker) = Counter::builder("requests", Duration::from_secs(5))
+//!     .build(FredStore::new(pool), TokioTimer::new())?;
+//! tokio::spawn(worker);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Redis Cluster
+//!
+//! Build the client with a cluster config; the store is the same.
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! # use comcount_fred::{Counter, FredStore, clock::TokioTimer};
+//! # use comcount_fred::fred::prelude::*;
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = Config::from_url("redis-cluster://10.0.0.1:7000?node=10.0.0.2:7000")?;
+//! let client = Builder::from_config(config).build()?;
+//! client.init().await?;
+//! let (counter, worker) = Counter::builder("requests", Duration::from_secs(5))
+//!     .build(FredStore::new(client), TokioTimer::new())?;
+//! tokio::spawn(worker);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Every key of a counter carries its name as a hash tag, `prefix{name}:N` for the total of
+//! interval `N` and `prefix{name}:f:ID` for a participant's fence, so all keys of one counter
+//! live in one slot; the store sends each `EVALSHA` to the node of that slot and fred follows
+//! `MOVED` and `ASK` through resharding. `SCRIPT LOAD` goes to every primary.
+//!
+//! # Replayed commands
+//!
+//! fred writes a command again after a reconnection, up to `max_command_attempts` times (3 by
+//! default). The store turns that off for its own `EVALSHA` (`Options { max_attempts: Some(1) }`
+//! on each flush), so a flush whose connection closed comes back as an unanswered error instead
+//! of being sent again. That is a courtesy, not what the guarantee rests on: a copy of a flush
+//! that reaches the server anyway (from a client that cannot be told, a proxy, or a command
+//! already in a socket buffer) meets the participant's fence and is answered as a duplicate,
+//! never counted twice.
+//!
+//! # Errors
+//!
+//! A flush that fails never reaches the caller of `increment`; the counter reports it as
+//! `flush failed`. An error reply from the server (a script error, an overflowing total,
+//! `MOVED`, `CLUSTERDOWN`) is [`Refused`](StoreErrorKind::Refused), nothing written; a lost
+//! connection, a timeout or a command fred gave up on is
+//! [`Unanswered`](StoreErrorKind::Unanswered); a reply that is not the script's is
+//! [`Malformed`](StoreErrorKind::Malformed).
+
+mod errors;
+mod reply;
+mod store;
+
+pub use comcount_core::*;
+pub use fred;
+pub use store::FredStore;

@@ -1,0 +1,114 @@
+//! The store: the flush script over a fred client or pool.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use comcount_core::diagnostics::{Event, Reporter};
+use comcount_core::{FlushReply, FlushRequest, Store, StoreError, script};
+use fred::interfaces::{ClientLike, LuaInterface};
+use fred::types::config::Options;
+use fred::types::{ClusterHash, CustomCommand, Value};
+
+use crate::errors::{classify, is_no_script};
+use crate::reply::decode;
+
+/// A [`Store`] on Redis through a fred client: a [`fred::clients::Client`] (standalone, or
+/// clustered when built with a cluster config) or a [`fred::clients::Pool`].
+///
+/// Each flush runs the flush script with `EVALSHA`; when the server answers `NOSCRIPT` (first
+/// use, after `SCRIPT FLUSH`, a restart or a failover) the store loads the script with
+/// `SCRIPT LOAD` (on every primary of a cluster), reports [`Event::ScriptLoaded`], and sends the
+/// `EVALSHA` again.
+///
+/// The `EVALSHA` of a flush is written once: the store tells fred not to write it again after a
+/// reconnection (`Options { max_attempts: Some(1) }`), whatever the client's
+/// `max_command_attempts`. A flush whose connection closed before its reply comes back as an
+/// unanswered error. Should a copy reach the server all the same, the participant's fence turns
+/// it into a duplicate.
+#[derive(Clone)]
+pub struct FredStore<C> {
+    client: C,
+    sha: Arc<str>,
+}
+
+impl<C> FredStore<C>
+where
+    C: ClientLike + LuaInterface + Clone + Send + Sync + 'static,
+{
+    /// A store that sends its flushes through `client`, which must be initialized (`init()`,
+    /// or `connect()` and `wait_for_connect()`) before the first flush.
+    pub fn new(client: C) -> Self {
+        Self {
+            client,
+            sha: fred::util::sha1_hash(script::SOURCE).into(),
+        }
+    }
+
+    /// The client the store sends through.
+    pub fn client(&self) -> &C {
+        &self.client
+    }
+
+    /// The SHA-1 of the flush script, as `EVALSHA` names it.
+    pub fn script_sha(&self) -> &str {
+        &self.sha
+    }
+}
+
+impl<C> Store for FredStore<C>
+where
+    C: ClientLike + LuaInterface + Clone + Send + Sync + 'static,
+{
+    fn name(&self) -> &str {
+        "fred"
+    }
+
+    fn flush(
+        &self,
+        request: &FlushRequest,
+        report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        let client = self.client.clone();
+        let keys = request.keys();
+        // Every key of a flush shares the counter's hash tag, so the first one names the slot.
+        let slot = fred::util::redis_keyslot(keys[0].as_bytes());
+        let mut arguments = vec![self.sha.to_string(), keys.len().to_string()];
+        arguments.extend(keys);
+        arguments.extend(script::arguments(request));
+        let report = report.clone();
+        async move {
+            let once = client.with_options(&Options {
+                max_attempts: Some(1),
+                ..Options::default()
+            });
+            let evalsha = || {
+                once.custom::<Value, _>(
+                    CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false),
+                    arguments.clone(),
+                )
+            };
+            let value = match evalsha().await {
+                Ok(value) => value,
+                Err(error) if is_no_script(&error) => {
+                    let sha: String = client
+                        .script_load_cluster(script::SOURCE)
+                        .await
+                        .map_err(classify)?;
+                    report.emit(Event::ScriptLoaded { sha: &sha });
+                    evalsha().await.map_err(classify)?
+                }
+                Err(error) => return Err(classify(error)),
+            };
+            decode(&value)
+        }
+    }
+}
+
+impl<C> fmt::Debug for FredStore<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FredStore")
+            .field("script_sha", &self.sha)
+            .finish_non_exhaustive()
+    }
+}
