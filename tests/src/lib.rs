@@ -1,1 +1,11 @@
-//! Shared test support.
+//! What the integration tests share: Redis servers started for them, clients, key inspection,
+//! a flush log, and the conformance suite every store passes.
+
+pub mod cluster;
+pub mod conformance;
+pub mod connect;
+pub mod inspect;
+pub mod logging;
+pub mod server;
+pub mod settings;
+pub mod shared;

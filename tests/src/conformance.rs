@@ -1,0 +1,313 @@
+//! The one suite every store passes: the flush protocol's outcomes, key names, expiry and
+//! fence, driven against the store's own clock.
+//!
+//! Each store is checked through an [`Inspector`] that reads its keys from outside. Flushes are
+//! aimed at an interval by asking the store first (a flush that expects interval 0 comes back
+//! as a wrong interval with the store's interval and phase), and the scenario starts over with
+//! fresh keys whenever a step slips over an interval boundary on a busy machine.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use comcount_core::diagnostics::{Recorder, Reporter};
+use comcount_core::{FlushReply, FlushRequest, Outcome, ParticipantId, Store, StoreErrorKind};
+
+use crate::inspect::{Inspector, Snapshot};
+use crate::settings::{self, sleep};
+
+/// How long a fence lives in these tests, as counters with short intervals set it.
+const FENCE_TTL_MS: u64 = 600_000;
+
+/// How many times the scenario may start over after slipping over an interval boundary.
+const ATTEMPTS: u32 = 5;
+
+/// A step landed in another interval than the one it was aimed at.
+#[derive(Debug)]
+pub struct Slipped(String);
+
+/// Runs the whole suite against `store`, reading its keys through `inspector`.
+pub async fn check_store<S: Store, I: Inspector>(store: &S, inspector: &I) {
+    let interval = settings::interval();
+    for attempt in 1..=ATTEMPTS {
+        match scenario(store, inspector, interval).await {
+            Ok(()) => return,
+            Err(Slipped(why)) => {
+                eprintln!("attempt {attempt} slipped over an interval boundary ({why}); again");
+            }
+        }
+    }
+    panic!(
+        "every attempt slipped over an interval boundary: the machine is too busy for \
+         TEST_INTERVAL={}ms",
+        interval.as_millis()
+    );
+}
+
+/// Builds the requests of one scenario, under a key base of its own.
+pub struct Requests {
+    /// `prefix{name}`.
+    pub key_base: Arc<str>,
+    /// The interval in milliseconds.
+    pub interval_ms: u64,
+}
+
+impl Requests {
+    /// Requests under a fresh key base.
+    pub fn fresh(interval: Duration) -> Self {
+        Self {
+            key_base: format!("{}{{conformance}}", settings::unique_prefix("conf")).into(),
+            interval_ms: u64::try_from(interval.as_millis()).unwrap(),
+        }
+    }
+
+    /// One flush.
+    pub fn flush(
+        &self,
+        participant: ParticipantId,
+        seq: u64,
+        amount: u64,
+        expect: u64,
+    ) -> FlushRequest {
+        FlushRequest {
+            key_base: Arc::clone(&self.key_base),
+            participant,
+            seq,
+            amount,
+            interval_ms: self.interval_ms,
+            expect,
+            fence_ttl_ms: FENCE_TTL_MS,
+        }
+    }
+
+    /// The key of interval `n`.
+    pub fn interval_key(&self, n: u64) -> String {
+        format!("{}:{n}", self.key_base)
+    }
+
+    /// The fence key of `participant`.
+    pub fn fence_key(&self, participant: ParticipantId) -> String {
+        format!("{}:f:{participant}", self.key_base)
+    }
+}
+
+/// Sends a flush that must get a reply.
+pub async fn flush<S: Store>(store: &S, request: &FlushRequest) -> FlushReply {
+    let report = Reporter::new("conformance", Arc::new(Recorder::new()));
+    store
+        .flush(request, &report)
+        .await
+        .unwrap_or_else(|e| panic!("{} failed a flush it should answer: {e}", store.name()))
+}
+
+/// Finds the store's interval, at least `min`, at a phase early enough to run a few steps in
+/// it, waiting for the next interval when the phase is too late. Writes nothing.
+pub async fn aim<S: Store>(store: &S, requests: &Requests, min: u64) -> Result<u64, Slipped> {
+    let interval = Duration::from_millis(requests.interval_ms);
+    for _ in 0..20 {
+        // A flush expecting interval 0 is a wrong interval today: it only asks for the time.
+        let probe = requests.flush(ParticipantId::random(), 1, 1, 0);
+        let reply = flush(store, &probe).await;
+        assert_eq!(reply.outcome, Outcome::WrongInterval, "probe {reply:?}");
+        if reply.interval >= min && reply.phase < interval / 3 {
+            return Ok(reply.interval);
+        }
+        let intervals_ahead = u32::try_from(min.saturating_sub(reply.interval).max(1)).unwrap();
+        let wait = (interval * intervals_ahead).saturating_sub(reply.phase) + interval / 20;
+        sleep(wait).await;
+    }
+    Err(Slipped(format!(
+        "could not find the start of interval {min} or later"
+    )))
+}
+
+/// Checks a reply's outcome and interval; a wrong interval where none was expected means the
+/// step slipped.
+pub fn expect(reply: &FlushReply, outcome: Outcome, interval: u64) -> Result<(), Slipped> {
+    if reply.outcome == Outcome::WrongInterval && outcome != Outcome::WrongInterval {
+        return Err(Slipped(format!(
+            "expected {outcome:?} in interval {interval}, the store was in {}",
+            reply.interval
+        )));
+    }
+    if reply.interval != interval {
+        return Err(Slipped(format!(
+            "expected interval {interval}, the store was in {}",
+            reply.interval
+        )));
+    }
+    assert_eq!(reply.outcome, outcome, "reply {reply:?}");
+    Ok(())
+}
+
+/// Asserts that a refused flush changed nothing: the same keys and values, and no time to
+/// live that went up (a rewrite would have reset it).
+pub fn assert_unchanged(before: &Snapshot, after: &Snapshot, what: &str) {
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "{what} changed the key set"
+    );
+    for (key, was) in before {
+        let now = &after[key];
+        assert_eq!(was.value, now.value, "{what} changed {key}");
+        match (was.ttl, now.ttl) {
+            (Some(was), Some(now)) => assert!(now <= was, "{what} refreshed the expiry of {key}"),
+            (None, None) => {}
+            (was, now) => panic!("{what} changed the expiry of {key}: {was:?} -> {now:?}"),
+        }
+    }
+}
+
+/// Asserts a key's value, and that its time to live is in `(min, max]`.
+pub async fn assert_key<I: Inspector>(
+    inspector: &I,
+    key: &str,
+    value: &str,
+    min: Duration,
+    max: Duration,
+) {
+    let state = inspector
+        .key(key)
+        .await
+        .unwrap_or_else(|| panic!("{key} does not exist"));
+    assert_eq!(state.value, value, "value of {key}");
+    let ttl = state
+        .ttl
+        .unwrap_or_else(|| panic!("{key} never expires; it must"));
+    assert!(
+        ttl > min && ttl <= max,
+        "{key} lives {ttl:?}, expected in ({min:?}, {max:?}]"
+    );
+}
+
+async fn scenario<S: Store, I: Inspector>(
+    store: &S,
+    inspector: &I,
+    interval: Duration,
+) -> Result<(), Slipped> {
+    let requests = Requests::fresh(interval);
+    let base = &*requests.key_base;
+    let fence_ttl = Duration::from_millis(FENCE_TTL_MS);
+    let three = interval * 3;
+    let one = ParticipantId::random();
+    let two = ParticipantId::random();
+
+    // Interval n: the first flush is applied; the interval and fence keys appear.
+    let n = aim(store, &requests, 0).await?;
+    assert!(inspector.snapshot(base).await.is_empty());
+    let reply = flush(store, &requests.flush(one, 1, 5, n)).await;
+    expect(&reply, Outcome::Applied, n)?;
+    assert_eq!(reply.previous_total, None, "no interval before the first");
+    assert_eq!(
+        inspector.keys(base).await,
+        [requests.interval_key(n), requests.fence_key(one)]
+    );
+    assert_key(
+        inspector,
+        &requests.interval_key(n),
+        "5",
+        three - interval,
+        three,
+    )
+    .await;
+    assert_key(
+        inspector,
+        &requests.fence_key(one),
+        &format!("1:{n}"),
+        three,
+        fence_ttl,
+    )
+    .await;
+
+    // Refused in interval n: duplicate, fenced, wrong interval; none writes.
+    let before = inspector.snapshot(base).await;
+    let reply = flush(store, &requests.flush(one, 1, 5, n)).await;
+    expect(&reply, Outcome::Duplicate, n)?;
+    assert_unchanged(&before, &inspector.snapshot(base).await, "a duplicate");
+    let reply = flush(store, &requests.flush(one, 2, 7, n)).await;
+    expect(&reply, Outcome::Fenced, n)?;
+    assert_unchanged(&before, &inspector.snapshot(base).await, "a fenced flush");
+    let reply = flush(store, &requests.flush(one, 2, 7, n + 5)).await;
+    expect(&reply, Outcome::WrongInterval, n)?;
+    assert_unchanged(&before, &inspector.snapshot(base).await, "a wrong interval");
+
+    // Interval n+1: the next flush is applied and brings back interval n's total.
+    let m = aim(store, &requests, n + 1).await?;
+    if m != n + 1 {
+        return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
+    }
+    let reply = flush(store, &requests.flush(one, 2, 7, m)).await;
+    expect(&reply, Outcome::Applied, m)?;
+    assert_eq!(reply.previous_total, Some(5), "interval {n}'s total");
+    assert_eq!(
+        inspector.keys(base).await,
+        [
+            requests.interval_key(n),
+            requests.interval_key(m),
+            requests.fence_key(one)
+        ]
+    );
+    assert_key(
+        inspector,
+        &requests.interval_key(m),
+        "7",
+        three - interval,
+        three,
+    )
+    .await;
+    assert_key(
+        inspector,
+        &requests.fence_key(one),
+        &format!("2:{m}"),
+        three,
+        fence_ttl,
+    )
+    .await;
+
+    // Refused in interval m: stale, duplicate, fenced, and an overflowing amount.
+    let before = inspector.snapshot(base).await;
+    let reply = flush(store, &requests.flush(one, 1, 5, m)).await;
+    expect(&reply, Outcome::Stale, m)?;
+    assert_unchanged(&before, &inspector.snapshot(base).await, "a stale flush");
+    let reply = flush(store, &requests.flush(one, 2, 7, m)).await;
+    expect(&reply, Outcome::Duplicate, m)?;
+    assert_eq!(reply.previous_total, Some(5));
+    assert_unchanged(&before, &inspector.snapshot(base).await, "a duplicate");
+    let reply = flush(store, &requests.flush(one, 3, 1, m)).await;
+    expect(&reply, Outcome::Fenced, m)?;
+    assert_eq!(reply.previous_total, Some(5));
+    assert_unchanged(&before, &inspector.snapshot(base).await, "a fenced flush");
+    let report = Reporter::new("conformance", Arc::new(Recorder::new()));
+    let overflow = store
+        .flush(&requests.flush(two, 1, i64::MAX as u64, m), &report)
+        .await;
+    match overflow {
+        Err(error) => assert_eq!(error.kind(), StoreErrorKind::Refused, "{error}"),
+        Ok(reply) => {
+            expect(&reply, Outcome::Applied, m)?;
+            panic!("an amount that overflows the total was accepted: {reply:?}");
+        }
+    }
+    assert_unchanged(&before, &inspector.snapshot(base).await, "an overflow");
+
+    // A second participant adds to the same interval.
+    let reply = flush(store, &requests.flush(two, 1, 4, m)).await;
+    expect(&reply, Outcome::Applied, m)?;
+    assert_key(
+        inspector,
+        &requests.interval_key(m),
+        "11",
+        three - interval,
+        three,
+    )
+    .await;
+    assert_key(
+        inspector,
+        &requests.fence_key(two),
+        &format!("1:{m}"),
+        three,
+        fence_ttl,
+    )
+    .await;
+    Ok(())
+}
