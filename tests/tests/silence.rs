@@ -1,0 +1,131 @@
+//! A counter that is never incremented sends nothing, and nothing reaches Redis after
+//! `close()`: counted with `INFO commandstats` on a server of the test's own.
+
+use std::time::{Duration, Instant};
+
+use comcount_core::clock::TokioTimer;
+use comcount_core::diagnostics::Recorder;
+use comcount_core::{Counter, Store};
+use comcount_fred::FredStore;
+use comcount_fred::fred::interfaces::ClientLike;
+use comcount_fred::fred::types::{ClusterHash, CustomCommand};
+use comcount_redis_rs::RedisStore;
+use comcount_tests::connect;
+use comcount_tests::server::RedisServer;
+use comcount_tests::settings::{self, sleep};
+use tokio::task::JoinHandle;
+
+/// How many times the server ran a script (EVAL and EVALSHA).
+fn script_calls(port: u16) -> u64 {
+    let mut connection = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut connection)
+        .unwrap();
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_eval:") || line.starts_with("cmdstat_evalsha:"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+struct Running {
+    counter: Counter,
+    worker: JoinHandle<()>,
+    recorder: Recorder,
+}
+
+fn start<S: Store>(store: S) -> Running {
+    let recorder = Recorder::new();
+    let (counter, worker) = Counter::builder("silence", settings::interval())
+        .prefix(settings::unique_prefix("silence"))
+        .diagnostics(recorder.clone())
+        .build(store, TokioTimer::new())
+        .unwrap();
+    Running {
+        counter,
+        worker: tokio::spawn(worker),
+        recorder,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_closed_counters_send_nothing() {
+    let server = RedisServer::standalone();
+    let interval = settings::interval();
+    let redis_rs = connect::multiplexed(&server.url()).await;
+    let fred = connect::fred_client(&server.url()).await;
+    let mut counters = vec![
+        start(RedisStore::new(redis_rs.clone())),
+        start(FredStore::new(fred.clone())),
+    ];
+
+    // Never incremented: three intervals of silence.
+    sleep(interval * 3).await;
+    assert_eq!(
+        script_calls(server.port()),
+        0,
+        "an idle counter ran the script"
+    );
+    for running in &counters {
+        assert_eq!(running.recorder.messages(), ["counter started"]);
+    }
+
+    // Incremented: both flush, until closed.
+    for running in &counters {
+        running.counter.increment(3);
+    }
+    let deadline = Instant::now() + interval * 20 + Duration::from_secs(5);
+    while counters
+        .iter()
+        .any(|r| r.recorder.with_message("flush completed").len() < 2)
+    {
+        assert!(Instant::now() < deadline, "the counters never flushed");
+        sleep(interval / 4).await;
+    }
+    assert!(script_calls(server.port()) >= 4);
+    for running in &mut counters {
+        running.counter.close();
+        tokio::time::timeout(Duration::from_secs(10), &mut running.worker)
+            .await
+            .expect("a worker did not stop after close()")
+            .unwrap();
+    }
+    // A command still on its way would be ahead of these on the same connections.
+    let _: String = redis::cmd("PING")
+        .query_async(&mut redis_rs.clone())
+        .await
+        .unwrap();
+    let _: String = fred
+        .custom(
+            CustomCommand::new_static("PING", ClusterHash::Random, false),
+            Vec::<String>::new(),
+        )
+        .await
+        .unwrap();
+    let after_close = script_calls(server.port());
+
+    // Closed: counting goes on locally, nothing leaves the process.
+    for running in &counters {
+        assert_eq!(running.counter.increment(1), running.counter.count());
+        assert!(running.counter.is_closed());
+    }
+    sleep(interval * 3).await;
+    assert_eq!(
+        script_calls(server.port()),
+        after_close,
+        "a closed counter ran the script"
+    );
+    for running in &counters {
+        assert_eq!(running.recorder.messages().last(), Some(&"counter stopped"));
+    }
+}
