@@ -147,3 +147,21 @@ impl fmt::Debug for Counter {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handle_is_cheap_to_share_across_threads() {
+        fn shareable<T: Clone + Send + Sync + 'static>() {}
+        shareable::<Counter>();
+        assert_eq!(std::mem::size_of::<Counter>(), 2 * std::mem::size_of::<usize>());
+    }
+
+    #[test]
+    fn the_worker_can_be_spawned_on_a_multi_threaded_runtime() {
+        fn spawnable<T: std::future::Future<Output = ()> + Send + 'static>() {}
+        spawnable::<crate::Worker>();
+    }
+}
