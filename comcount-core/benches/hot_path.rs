@@ -26,8 +26,10 @@ use std::alloc::System;
 use std::env;
 use std::ffi::OsString;
 use std::process::{Command, Stdio};
+use std::sync::Barrier;
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
-use std::time::Duration;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use comcount_core::clock::{Timer, VirtualClock};
 use comcount_core::{Counter, MemoryStore, Store, Worker};
@@ -129,6 +131,7 @@ fn main() {
         println!();
     }
     summarize(&rows);
+    paired(&rows);
     memory();
 }
 
@@ -291,6 +294,117 @@ fn summarize(rows: &[Vec<Pair>]) {
          ({floor:.3} ns), so the threads did run at once; all: ratio over every round"
     );
     println!();
+}
+
+/// Operations per block in [`paired`].
+const BLOCK: u64 = 20_000;
+/// Blocks of each kind per thread and thread count in [`paired`].
+const BLOCKS: usize = 500;
+
+/// A cross-check of the contended ratios, paired at a finer grain than whole divan runs.
+///
+/// On a 2-core machine shared with other work, whether two threads of a benchmark run at once
+/// changes from one millisecond to the next, so few whole divan runs are contended throughout.
+/// Here every thread alternates blocks of [`BLOCK`] bare adds and [`BLOCK`] increments, all
+/// threads starting each block together after a barrier, and each thread's block of
+/// increments is paired with its block of bare adds just before or after it (the order
+/// alternates). A pair counts when both its blocks were contended, as in [`summarize`].
+fn paired(rows: &[Vec<Pair>]) {
+    let alone = rows.first().map_or(f64::NAN, |pairs| {
+        median(pairs.iter().map(|p| p.base.median).collect())
+    });
+    let floor = CONTENDED * alone;
+    println!(
+        "== paired blocks: {MEASURED} / {BASELINE}, blocks of {BLOCK} ops, {BLOCKS} pairs per thread"
+    );
+    println!(
+        "{:>7}  {:>11}  {:>11}  {:>12}  {:>6}  {:>11}  {:>6}  met",
+        "threads", "pairs", "bare add ns", "increment ns", "ratio", "p25..p75", "target"
+    );
+    for threads in THREADS.into_iter().skip(1) {
+        let pairs = blocks(threads);
+        let total = pairs.len();
+        let used: Vec<(f64, f64)> = pairs
+            .into_iter()
+            .filter(|&(base, measured)| base.min(measured) >= floor)
+            .collect();
+        if used.is_empty() {
+            println!(
+                "{threads:>7}  {:>11}  no pair ran contended",
+                format!("0/{total}")
+            );
+            continue;
+        }
+        let base = median(used.iter().map(|p| p.0).collect());
+        let measured = median(used.iter().map(|p| p.1).collect());
+        let mut ratios: Vec<f64> = used.iter().map(|p| p.1 / p.0).collect();
+        ratios.sort_by(f64::total_cmp);
+        let (p25, p75) = (ratios[ratios.len() / 4], ratios[ratios.len() * 3 / 4]);
+        let ratio = median(ratios);
+        let met = if ratio <= TARGET_CONTENDED {
+            "yes"
+        } else {
+            "NO"
+        };
+        println!(
+            "{threads:>7}  {:>11}  {base:>11.3}  {measured:>12.3}  {ratio:>6.2}  {:>11}  {:>6}  {met}",
+            format!("{}/{total}", used.len()),
+            format!("{p25:.2}..{p75:.2}"),
+            format!("<={TARGET_CONTENDED}"),
+        );
+    }
+    println!("pairs: those whose two blocks both took >= {CONTENDED} x the uncontended bare add");
+    println!("ns: median time per op over those blocks; ratio: median of the pairs' ratios");
+    println!();
+}
+
+/// Runs the blocks of [`paired`] on `threads` threads; returns each thread's pairs of times per
+/// operation in nanoseconds, bare add first.
+fn blocks(threads: usize) -> Vec<(f64, f64)> {
+    let atomic = Padded(AtomicI64::new(0));
+    let (counter, _worker) = build(MemoryStore::new(), VirtualClock::new());
+    counter.increment(1);
+    let barrier = Barrier::new(threads);
+    let bare = || {
+        black_box(atomic.0.fetch_add(black_box(1), Relaxed));
+    };
+    let increment = || {
+        black_box(counter.increment(black_box(1)));
+    };
+    thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    (0..BLOCKS)
+                        .map(|block| {
+                            if block % 2 == 0 {
+                                let base = time(&barrier, bare);
+                                (base, time(&barrier, increment))
+                            } else {
+                                let measured = time(&barrier, increment);
+                                (time(&barrier, bare), measured)
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|handle| handle.join().expect("a paired-block thread panicked"))
+            .collect()
+    })
+}
+
+/// Times one block of `op` on this thread, once every thread has reached `barrier`; returns
+/// nanoseconds per operation.
+fn time(barrier: &Barrier, op: impl Fn()) -> f64 {
+    barrier.wait();
+    let start = Instant::now();
+    for _ in 0..BLOCK {
+        op();
+    }
+    start.elapsed().as_secs_f64() * 1e9 / BLOCK as f64
 }
 
 fn memory() {
