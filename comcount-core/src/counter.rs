@@ -156,7 +156,10 @@ mod tests {
     fn a_handle_is_cheap_to_share_across_threads() {
         fn shareable<T: Clone + Send + Sync + 'static>() {}
         shareable::<Counter>();
-        assert_eq!(std::mem::size_of::<Counter>(), 2 * std::mem::size_of::<usize>());
+        assert_eq!(
+            std::mem::size_of::<Counter>(),
+            2 * std::mem::size_of::<usize>()
+        );
     }
 
     #[test]
