@@ -15,8 +15,8 @@
 //!
 //! | feature | default | gives |
 //! | --- | --- | --- |
-//! | `tokio` | yes | redis-rs on tokio (`redis/tokio-comp`) and [`clock::TokioTimer`] |
-//! | `connection-manager` | yes | redis-rs's reconnecting [`redis::aio::ConnectionManager`] |
+//! | `tokio` | yes | redis-rs on tokio (`redis/tokio-comp`) and `clock::TokioTimer` |
+//! | `connection-manager` | yes | redis-rs's reconnecting `redis::aio::ConnectionManager` |
 //! | `smol` | no | redis-rs on smol (`redis/smol-comp`) and `clock::SmolTimer` |
 //! | `cluster` | no | Redis Cluster through `redis::cluster_async::ClusterConnection` |
 //!
@@ -26,10 +26,11 @@
 //! # On tokio
 //!
 //! ```no_run
+//! # #[cfg(all(feature = "tokio", feature = "connection-manager"))]
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use comcount_redis_rs::{Counter, RedisStore, clock::TokioTimer};
 //!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let client = comcount_redis_rs::redis::Client::open("redis://127.0.0.1/")?;
 //! // A multiplexed connection, or a ConnectionManager that reconnects by itself:
 //! let connection = client.get_connection_manager().await?;
@@ -83,7 +84,7 @@
 //! counters spread over the cluster by name.
 //!
 //! ```no_run
-//! # #[cfg(feature = "cluster")]
+//! # #[cfg(all(feature = "cluster", feature = "tokio"))]
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use comcount_redis_rs::{Counter, RedisStore, clock::TokioTimer};

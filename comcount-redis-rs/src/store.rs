@@ -16,8 +16,8 @@ use crate::reply::decode;
 ///
 /// `C` is any connection that redis-rs can run commands on and that clones cheaply into a
 /// handle on the same connection: [`redis::aio::MultiplexedConnection`],
-/// [`redis::aio::ConnectionManager`] (feature `connection-manager`), or
-/// [`redis::cluster_async::ClusterConnection`] (feature `cluster`). Each flush runs the flush
+/// `redis::aio::ConnectionManager` (feature `connection-manager`), or
+/// `redis::cluster_async::ClusterConnection` (feature `cluster`). Each flush runs the flush
 /// script with `EVALSHA`; when the server answers `NOSCRIPT` (first use, after `SCRIPT FLUSH`,
 /// a restart or a failover) the store loads the script with `SCRIPT LOAD`, reports
 /// [`Event::ScriptLoaded`], and sends the `EVALSHA` again.
