@@ -6,6 +6,7 @@ pub mod conformance;
 pub mod connect;
 pub mod inspect;
 pub mod logging;
+pub mod proxy;
 pub mod server;
 pub mod settings;
 pub mod shared;
