@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use comcount_core::diagnostics::{Recorder, Reporter};
-use comcount_core::{FlushReply, FlushRequest, Outcome, ParticipantId, Store, StoreError};
+use comcount_core::{
+    FlushReply, FlushRequest, Outcome, ParticipantId, Store, StoreError, StoreErrorKind,
+};
 use comcount_fred::FredStore;
 use comcount_fred::fred::clients::Client;
 use comcount_fred::fred::interfaces::LuaInterface;
@@ -129,7 +131,8 @@ async fn flush_into_a_kill<S: Store>(store: &S, requests: &Requests, port: u16) 
     let settled = matches!(&first, Ok(r) if r.outcome != Outcome::WrongInterval);
     if !settled {
         for _ in 0..20 {
-            let probe = flush(store, &requests.flush(ParticipantId::random(), 1, 1, 0)).await;
+            let probe =
+                flush_after_kill(store, &requests.flush(ParticipantId::random(), 1, 1, 0)).await;
             if probe.phase > interval * 2 / 3 {
                 sleep(interval / 2).await;
                 continue;
@@ -138,7 +141,7 @@ async fn flush_into_a_kill<S: Store>(store: &S, requests: &Requests, port: u16) 
                 expect: probe.interval,
                 ..request.clone()
             };
-            let reply = flush(store, &resend).await;
+            let reply = flush_after_kill(store, &resend).await;
             if reply.outcome != Outcome::WrongInterval {
                 again = Some(reply);
                 break;
@@ -151,6 +154,26 @@ async fn flush_into_a_kill<S: Store>(store: &S, requests: &Requests, port: u16) 
         again,
         key: requests.interval_key(request.expect),
         amount,
+    }
+}
+
+/// Sends a flush while the client may still be reconnecting after the kill: an unanswered
+/// one is sent again, the very same (safe: the fence refuses a second application).
+async fn flush_after_kill<S: Store>(store: &S, request: &FlushRequest) -> FlushReply {
+    let report = Reporter::new("replay", Arc::new(Recorder::new()));
+    let deadline = Instant::now() + connect::RECONNECT_TIMEOUT;
+    loop {
+        match store.flush(request, &report).await {
+            Ok(reply) => return reply,
+            Err(error) => {
+                assert_eq!(error.kind(), StoreErrorKind::Unanswered, "{error}");
+                assert!(
+                    Instant::now() < deadline,
+                    "the client never reconnected: {error}"
+                );
+                sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
 }
 
