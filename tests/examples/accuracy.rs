@@ -29,7 +29,7 @@ use comcount_tests::proxy::Proxy;
 use comcount_tests::server::RedisServer;
 use redis::AsyncCommands;
 
-const PARTICIPANTS: usize = 16;
+const PARTICIPANTS: usize = 24;
 /// Each participant counts this many units per millisecond-tick.
 const UNITS_PER_TICK: u64 = 1;
 const TICK: Duration = Duration::from_millis(1);
@@ -272,9 +272,9 @@ async fn main() {
     for interval in [Duration::from_millis(100), Duration::from_secs(1)] {
         let intervals = scale
             * if interval < Duration::from_secs(1) {
-                100
+                150
             } else {
-                30
+                60
             };
         for round_trip in [1, 5, 20].map(Duration::from_millis) {
             let outcomes =
