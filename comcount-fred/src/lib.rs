@@ -84,9 +84,11 @@
 //! # Replayed commands
 //!
 //! fred writes a command again after a reconnection, up to `max_command_attempts` times (3 by
-//! default). The store turns that off for its own `EVALSHA` (`Options { max_attempts: Some(1) }`
-//! on each flush), so a flush whose connection closed comes back as an unanswered error instead
-//! of being sent again. That is a courtesy, not what the guarantee rests on: a copy of a flush
+//! default). The store turns that off for its own `EVALSHA` (`Options { fail_fast: true }` on
+//! each flush), so a flush whose connection closed comes back as an unanswered error instead
+//! of being sent again. (It does not do so with `max_attempts: Some(1)`: fred would end the
+//! client's connection task at the first `ASK` of a resharding.) That is a courtesy, not what
+//! the guarantee rests on: a copy of a flush
 //! that reaches the server anyway (from a client that cannot be told, a proxy, or a command
 //! already in a socket buffer) meets the participant's fence and is answered as a duplicate,
 //! never counted twice.

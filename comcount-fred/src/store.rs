@@ -13,6 +13,9 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use crate::errors::{classify, is_no_script};
 use crate::reply::decode;
 
+/// How many cluster redirections one `EVALSHA` may follow (fred's default).
+const MAX_REDIRECTIONS: u32 = 5;
+
 /// A [`Store`] on Redis through a fred client: a [`fred::clients::Client`] (standalone, or
 /// clustered when built with a cluster config) or a [`fred::clients::Pool`].
 ///
@@ -21,11 +24,15 @@ use crate::reply::decode;
 /// `SCRIPT LOAD` (on every primary of a cluster), reports [`Event::ScriptLoaded`], and sends the
 /// `EVALSHA` again.
 ///
-/// The `EVALSHA` of a flush is written once: the store tells fred not to write it again after a
-/// reconnection (`Options { max_attempts: Some(1) }`), whatever the client's
-/// `max_command_attempts`. A flush whose connection closed before its reply comes back as an
-/// unanswered error. Should a copy reach the server all the same, the participant's fence turns
-/// it into a duplicate.
+/// The `EVALSHA` of a flush is not written again after a reconnection: the store sends it with
+/// `Options { fail_fast: true }`, whatever the client's settings, so a flush whose connection
+/// closed before its reply comes back as an unanswered error. Should a copy reach the server all
+/// the same, the participant's fence turns it into a duplicate.
+///
+/// It may follow every cluster redirection fred allows it (`MOVED` and `ASK`, each a write):
+/// the store gives it one write attempt more than it has redirections. fred follows an `ASK`
+/// only for a command with a write attempt left, and for one without it ends the client's
+/// connection task, leaving every later command of the client waiting forever.
 #[derive(Clone)]
 pub struct FredStore<C> {
     client: C,
@@ -79,7 +86,9 @@ where
         let report = report.clone();
         async move {
             let once = client.with_options(&Options {
-                max_attempts: Some(1),
+                fail_fast: true,
+                max_redirections: Some(MAX_REDIRECTIONS),
+                max_attempts: Some(MAX_REDIRECTIONS + 1),
                 ..Options::default()
             });
             let evalsha = || {
