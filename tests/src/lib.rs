@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod conformance;
 pub mod connect;
+pub mod faulty_fleet;
 pub mod inspect;
 pub mod logging;
 pub mod proxy;

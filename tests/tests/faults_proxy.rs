@@ -1,0 +1,115 @@
+//! Faults between the clients and Redis, made by a proxy in front of a server the test starts:
+//! replies held back past the flush timeout, a reply lost after its command ran, a reply cut
+//! off halfway, every connection reset. A fleet of redis-rs and fred participants counts
+//! throughout; nothing may be counted twice, and every participant must be flushing again
+//! within two intervals of the fault's end.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use comcount_tests::faulty_fleet::{FaultyFleet, ReadFrom, run};
+use comcount_tests::proxy::Proxy;
+use comcount_tests::server::RedisServer;
+
+/// A server, a proxy in front of it, and a fleet counting through the proxy.
+async fn fleet_behind_a_proxy(tag: &str) -> (RedisServer, Proxy, FaultyFleet) {
+    let server = RedisServer::standalone();
+    let upstream: SocketAddr = ([127, 0, 0, 1], server.port()).into();
+    let proxy = Proxy::start(upstream).await.unwrap();
+    let mut fleet = FaultyFleet::new(tag);
+    fleet.join_standalone(&proxy.url()).await;
+    fleet.start(ReadFrom::Server(server.port())).await;
+    (server, proxy, fleet)
+}
+
+/// Waits until the proxy's one-shot faults reach `done`; returns when they did.
+async fn struck(proxy: &Proxy, done: u64) -> Instant {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while proxy.faults_done() < done {
+        assert!(Instant::now() < deadline, "the proxy's fault never struck");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Instant::now()
+}
+
+#[test]
+fn replies_delayed_past_the_flush_timeout() {
+    run(async {
+        let (_server, proxy, fleet) = fleet_behind_a_proxy("delayed").await;
+        let interval = fleet.interval();
+        // Longer than the flush timeout, so every flush is resent while its first copies run
+        // on the server; and the hang outlasts two intervals, so the totals go stale.
+        let delay = interval * 3;
+        assert!(delay > fleet.flush_timeout());
+        let mark = fleet.mark();
+        proxy.delay_replies(delay);
+        tokio::time::sleep(interval * 4).await;
+        proxy.delay_replies(Duration::ZERO);
+        // A reply read just before is still held for the whole delay.
+        let fault_end = Instant::now() + delay;
+        fleet
+            .assert_recovers(fault_end, interval * 2 + fleet.flush_timeout())
+            .await;
+        let report = fleet.finish(false).await;
+        report.assert_each_said(&mark, "total went stale");
+        assert_eq!(
+            report.flush_failures(),
+            [],
+            "a flush resent within the resend window must not be dropped"
+        );
+        assert!(
+            report.duplicates() > 0,
+            "no flush was answered as a duplicate: the timed-out copies never ran"
+        );
+    });
+}
+
+#[test]
+fn reply_swallowed_after_the_command_ran() {
+    run(async {
+        let (_server, proxy, fleet) = fleet_behind_a_proxy("swallowed").await;
+        for done in 1..=4 {
+            proxy.swallow_next_reply();
+            let fault_end = struck(&proxy, done).await;
+            fleet.assert_recovers(fault_end, fleet.interval() * 2).await;
+        }
+        let report = fleet.finish(false).await;
+        assert_eq!(report.flush_failures(), []);
+        assert!(
+            report.duplicates() > 0,
+            "no swallowed flush was resent and fenced as a duplicate"
+        );
+    });
+}
+
+#[test]
+fn connection_cut_halfway_through_a_reply() {
+    run(async {
+        let (_server, proxy, fleet) = fleet_behind_a_proxy("cut").await;
+        for done in 1..=4 {
+            proxy.cut_next_reply_halfway();
+            let fault_end = struck(&proxy, done).await;
+            fleet.assert_recovers(fault_end, fleet.interval() * 2).await;
+        }
+        let report = fleet.finish(false).await;
+        assert_eq!(report.flush_failures(), []);
+        assert!(
+            report.duplicates() > 0,
+            "no flush cut off was resent and fenced as a duplicate"
+        );
+    });
+}
+
+#[test]
+fn connections_reset() {
+    run(async {
+        let (_server, proxy, fleet) = fleet_behind_a_proxy("reset").await;
+        for _ in 0..3 {
+            proxy.reset_connections();
+            let fault_end = Instant::now();
+            fleet.assert_recovers(fault_end, fleet.interval() * 2).await;
+        }
+        let report = fleet.finish(false).await;
+        assert_eq!(report.flush_failures(), []);
+    });
+}
