@@ -89,6 +89,15 @@ impl Cluster {
         )
     }
 
+    /// Kills the node on `port` with SIGKILL ([`RedisServer::kill`]); it stays down.
+    pub fn kill_node(&mut self, port: u16) {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port() == port)
+            .unwrap_or_else(|| panic!("no node of the cluster listens on {port}"))
+            .kill();
+    }
+
     /// The port of the primary that holds `key`'s slot.
     pub fn primary_of(&self, key: &str) -> u16 {
         let mut connection = connect(self.nodes[0].port());

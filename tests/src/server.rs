@@ -137,6 +137,12 @@ impl RedisServer {
         panic!("redis-server did not restart: {last_error}");
     }
 
+    /// Kills the server with SIGKILL, as `kill -9` does: no shutdown, no goodbye to its
+    /// clients or its cluster. It stays down.
+    pub fn kill(&mut self) {
+        self.stop();
+    }
+
     fn stop(&mut self) {
         if let Some(mut running) = self.process.take() {
             let _ = running.server.kill();

@@ -1,0 +1,256 @@
+//! Faults on a Redis Cluster the test starts afresh, since each leaves it changed: a manual
+//! failover of the counter's primary to its replica, the counter's primary killed with SIGKILL
+//! (its replica takes over after the node timeout), and the counter's slot moved to another
+//! primary key by key while the fleet counts. A fleet of redis-rs and fred cluster clients
+//! counts throughout; nothing may be counted twice, no key may be split across nodes, and
+//! every participant must be flushing again within two intervals of the fault's end.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use comcount_core::diagnostics::{Recorder, Reporter};
+use comcount_core::{ParticipantId, Store};
+use comcount_fred::FredStore;
+use comcount_tests::cluster::Cluster;
+use comcount_tests::conformance::Requests;
+use comcount_tests::faulty_fleet::{
+    FaultyFleet, Node, ReadFrom, await_role, command, keys_in_slot, primaries, replica_of, run,
+    slot_of,
+};
+use comcount_tests::{connect, settings};
+
+async fn fleet_on(cluster: &Cluster, tag: &str) -> FaultyFleet {
+    let mut fleet = FaultyFleet::new(tag);
+    fleet.join_cluster(cluster).await;
+    fleet.start(ReadFrom::Cluster(cluster.ports())).await;
+    fleet
+}
+
+/// How long the replica of a killed primary may take to take over: the node timeout (5 s),
+/// the election, and a busy machine.
+const TAKEOVER: Duration = Duration::from_secs(30);
+
+#[test]
+fn cluster_failover() {
+    run(async {
+        let cluster = Cluster::start();
+        let fleet = fleet_on(&cluster, "failover").await;
+        let primary = cluster.primary_of(&fleet.interval_key(0));
+        let replica = replica_of(&cluster, primary).await;
+        let () = command(replica, &["CLUSTER", "FAILOVER"]).await.unwrap();
+        let fault_end = await_role(replica, "master", TAKEOVER).await;
+        fleet.assert_recovers(fault_end, fleet.interval() * 2).await;
+        assert_eq!(cluster.primary_of(&fleet.interval_key(0)), replica);
+        // A manual failover waits for the replica to catch up: nothing is lost.
+        let report = fleet.finish(false).await;
+        report.assert_no_unanswered_flush_dropped();
+    });
+}
+
+#[test]
+fn primary_killed() {
+    run(async {
+        let mut cluster = Cluster::start();
+        let fleet = fleet_on(&cluster, "killed").await;
+        let primary = cluster.primary_of(&fleet.interval_key(0));
+        let replica = replica_of(&cluster, primary).await;
+        let mark = fleet.mark();
+        cluster.kill_node(primary);
+        let fault_end = await_role(replica, "master", TAKEOVER).await;
+        fleet
+            .assert_recovers(fault_end, fleet.interval() * 2 + fleet.flush_timeout())
+            .await;
+        // Writes the primary acknowledged but had not yet passed to its replica are lost.
+        let report = fleet.finish(true).await;
+        // The primary was gone for the node timeout, far longer than two intervals.
+        report.assert_each_said(&mark, "total went stale");
+        report.assert_no_unanswered_flush_dropped();
+    });
+}
+
+/// Which node holds each key of `slot`, asked of every primary; panics on a key held by two.
+async fn where_keys_are(primaries: &[Node], slot: u16) -> BTreeMap<String, u16> {
+    let mut held: BTreeMap<String, u16> = BTreeMap::new();
+    for node in primaries {
+        for key in keys_in_slot(node.port, slot).await {
+            if let Some(other) = held.insert(key.clone(), node.port) {
+                panic!(
+                    "{key} is split across the nodes on {other} and {}",
+                    node.port
+                );
+            }
+        }
+    }
+    held
+}
+
+#[test]
+fn slot_resharded_under_load() {
+    run(async {
+        let cluster = Cluster::start();
+        let fleet = fleet_on(&cluster, "reshard").await;
+        let interval = fleet.interval();
+        let any = cluster.ports()[0];
+        let slot = slot_of(any, &fleet.interval_key(0)).await;
+        let primaries = primaries(any).await;
+        assert_eq!(primaries.len(), 3, "{primaries:?}");
+        let source = primaries
+            .iter()
+            .find(|n| n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+            .unwrap()
+            .clone();
+        let target = primaries
+            .iter()
+            .find(|n| n.id != source.id)
+            .unwrap()
+            .clone();
+        let slot_arg = slot.to_string();
+
+        let () = command(
+            target.port,
+            &["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source.id],
+        )
+        .await
+        .unwrap();
+        let () = command(
+            source.port,
+            &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target.id],
+        )
+        .await
+        .unwrap();
+        // One key at a time, a quarter interval apart, while the fleet keeps writing to them.
+        let mut moved = 0;
+        loop {
+            let held = where_keys_are(&primaries, slot).await;
+            let Some(key) = held
+                .iter()
+                .find(|(_, port)| **port == source.port)
+                .map(|(key, _)| key.clone())
+            else {
+                break;
+            };
+            let target_port = target.port.to_string();
+            let reply: redis::RedisResult<String> = command(
+                source.port,
+                &[
+                    "MIGRATE",
+                    "127.0.0.1",
+                    &target_port,
+                    "",
+                    "0",
+                    "5000",
+                    "KEYS",
+                    &key,
+                ],
+            )
+            .await;
+            let reply = reply.unwrap_or_else(|e| panic!("MIGRATE of {key} failed: {e}"));
+            assert!(
+                reply == "OK" || reply == "NOKEY",
+                "MIGRATE of {key}: {reply}"
+            );
+            moved += 1;
+            assert!(moved < 200, "the slot never emptied");
+            tokio::time::sleep(interval / 4).await;
+        }
+        // The new owner first, then the old one, then everyone else.
+        let mut order = vec![target.clone(), source.clone()];
+        order.extend(
+            primaries
+                .iter()
+                .filter(|n| n.id != source.id && n.id != target.id)
+                .cloned(),
+        );
+        for node in &order {
+            let () = command(
+                node.port,
+                &["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target.id],
+            )
+            .await
+            .unwrap();
+        }
+        let fault_end = Instant::now();
+        eprintln!(
+            "moved {moved} keys of slot {slot} from {} to {}",
+            source.port, target.port
+        );
+        assert!(
+            moved >= 3,
+            "only {moved} keys moved: the slot was nearly empty"
+        );
+
+        fleet.assert_recovers(fault_end, interval * 2).await;
+        let report = fleet.finish(false).await;
+        // Every key of the counter is on the new owner, and only there.
+        let held = where_keys_are(&primaries, slot).await;
+        assert!(!held.is_empty());
+        assert!(
+            held.values().all(|port| *port == target.port),
+            "keys left behind: {held:?}"
+        );
+        assert_eq!(cluster.primary_of(&fleet_key(&held)), target.port);
+        report.assert_no_unanswered_flush_dropped();
+    });
+}
+
+fn fleet_key(held: &BTreeMap<String, u16>) -> String {
+    held.keys().next().unwrap().clone()
+}
+
+/// A flush that meets an `ASK` (its slot migrating, its keys not on the old owner) leaves the
+/// fred client working. fred follows an `ASK` only for a command with a write attempt left, and
+/// otherwise ends the client's connection task, after which no command of the client is ever
+/// answered: so it went at the first resharding while the store allowed each flush one write.
+#[test]
+fn fred_store_survives_an_ask_redirection() {
+    run(async {
+        let cluster = Cluster::start();
+        let store = FredStore::new(connect::fred_cluster(&cluster).await);
+        let requests = Requests::fresh(settings::interval());
+        let participant = ParticipantId::random();
+        let report = Reporter::new("ask", Arc::new(Recorder::new()));
+        let answered = |seq| {
+            let request = requests.flush(participant, seq, 1, 0);
+            let store = &store;
+            let report = &report;
+            async move {
+                tokio::time::timeout(Duration::from_secs(5), store.flush(&request, report))
+                    .await
+                    .unwrap_or_else(|_| panic!("flush {seq} was never answered"))
+            }
+        };
+        // Loads the script; expecting interval 0, it writes nothing.
+        answered(1).await.unwrap();
+
+        let any = cluster.ports()[0];
+        let slot = slot_of(any, &requests.interval_key(0)).await.to_string();
+        let primaries = primaries(any).await;
+        let source_port = cluster.primary_of(&requests.interval_key(0));
+        let source = primaries.iter().find(|n| n.port == source_port).unwrap();
+        let target = primaries.iter().find(|n| n.port != source_port).unwrap();
+        let () = command(
+            target.port,
+            &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source.id],
+        )
+        .await
+        .unwrap();
+        let () = command(
+            source.port,
+            &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target.id],
+        )
+        .await
+        .unwrap();
+        // None of the flush's keys is on the old owner: it answers ASK; the new owner then
+        // refuses a script whose keys it does not all hold (TRYAGAIN).
+        let asked = answered(2).await;
+        eprintln!("a flush sent into the migration: {asked:?}");
+        for node in [source, target] {
+            let () = command(node.port, &["CLUSTER", "SETSLOT", &slot, "STABLE"])
+                .await
+                .unwrap();
+        }
+        // The client still answers.
+        answered(3).await.unwrap();
+    });
+}
