@@ -59,20 +59,25 @@ impl Aim {
     /// this participant has not added to yet (`last_added` is the last one it has). `None`
     /// before any reply.
     ///
-    /// A flush that would still arrive in the first three quarters of such an interval goes at
-    /// once; otherwise it waits for the middle of the next one.
+    /// Past the middle of such an interval, a flush that would still arrive in its first three
+    /// quarters goes at once rather than give the interval up; later than that it waits for the
+    /// middle of the next one.
     pub(crate) fn delay_to_aim(&self, now: Duration, last_added: Option<u64>) -> Option<Duration> {
         let arrival = self.arrival(now)?;
         let current = self.interval_of(arrival);
-        let wanted = last_added.map_or(current, |n| n + 1);
         let interval = Duration::from_millis(self.interval_ms);
-        let phase = arrival.saturating_sub(self.start_of(current));
-        let target = if wanted > current {
-            wanted
-        } else if phase < interval * 3 / 4 {
-            return Some(Duration::ZERO);
-        } else {
-            current + 1
+        let target = match last_added {
+            Some(n) if n >= current => n + 1,
+            _ => {
+                let phase = arrival.saturating_sub(self.start_of(current));
+                if phase <= interval / 2 {
+                    current
+                } else if phase < interval * 3 / 4 {
+                    return Some(Duration::ZERO);
+                } else {
+                    current + 1
+                }
+            }
         };
         Some((self.start_of(target) + interval / 2).saturating_sub(arrival))
     }
@@ -124,9 +129,12 @@ mod tests {
         // Applied in 7 at phase 40, round trip 10: a flush sent now arrives at 750.
         aim.observe(&reply(7, 40), ms(1000), ms(1010));
         assert_eq!(aim.delay_to_aim(ms(1010), Some(7)), Some(ms(100))); // arrives at 850
-        // Nothing added to 7 yet, and 750 is early in it: go at once.
+        // Nothing added to 7 yet, and 750 is just past its middle: go at once.
         assert_eq!(aim.delay_to_aim(ms(1010), Some(6)), Some(ms(0)));
         // Late in 7 (arrival 780): wait for the middle of 8.
         assert_eq!(aim.delay_to_aim(ms(1040), None), Some(ms(70)));
+        // Early in 7 (applied at phase 20, so arriving at 730): wait for the middle.
+        aim.observe(&reply(7, 20), ms(1000), ms(1010));
+        assert_eq!(aim.delay_to_aim(ms(1010), None), Some(ms(20)));
     }
 }

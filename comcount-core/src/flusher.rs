@@ -182,15 +182,20 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 self.fail(&error, self.request.amount);
                 return Some(Settled::NotCounted);
             }
+            // Try again aimed at an interval this participant has not added to: at once
+            // while a short run of wrong intervals lasts and the aim allows, else later.
+            let now = self.timer.now();
+            let mut floor = self.last_added;
             if wrong_in_a_row >= MAX_WRONG_IN_A_ROW {
                 wrong_in_a_row = 0;
-                // Not again in this interval: the middle of the next one.
-                let now = self.timer.now();
-                let this_one = self.aim.expected_interval(now);
-                let wait = self
-                    .aim
-                    .delay_to_aim(now, Some(this_one.max(self.last_added.unwrap_or(0))))
-                    .unwrap_or(self.settings.interval);
+                floor = floor.max(Some(self.aim.expected_interval(now)));
+            }
+            let wait = self
+                .aim
+                .delay_to_aim(now, floor)
+                .unwrap_or(self.settings.interval);
+            if !wait.is_zero() {
+                wrong_in_a_row = 0;
                 self.watch.until(self.timer.sleep(wait), stop).await?;
             }
         }

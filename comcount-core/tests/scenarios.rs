@@ -51,6 +51,18 @@ impl<R: Runtime> Setup<R> {
         self.rt.interval()
     }
 
+    /// A reply as the store would give it now, with the given outcome and total.
+    fn reply(&self, outcome: Outcome, previous_total: Option<u64>) -> FlushReply {
+        let now = self.timer.now().as_millis();
+        let interval = self.interval().as_millis();
+        FlushReply {
+            outcome,
+            interval: (now / interval) as u64,
+            phase: Duration::from_millis((now % interval) as u64),
+            previous_total,
+        }
+    }
+
     async fn sleep_intervals(&self, n: u32) {
         self.timer.sleep(self.interval() * n).await;
     }
@@ -63,15 +75,6 @@ impl<R: Runtime> Setup<R> {
             "{what} did not happen within {n} intervals; events: {:?}",
             self.events.messages()
         );
-    }
-}
-
-fn reply(outcome: Outcome, previous_total: Option<u64>) -> FlushReply {
-    FlushReply {
-        outcome,
-        interval: 7,
-        phase: Duration::ZERO,
-        previous_total,
     }
 }
 
@@ -133,8 +136,9 @@ async fn the_group_total_comes_back_with_the_next_flush<R: Runtime>(rt: R) {
 async fn no_previous_total_leaves_the_buffer_as_the_count<R: Runtime>(rt: R) {
     let s = Setup::new(rt);
     s.store
-        .then([Action::Reply(reply(Outcome::Applied, Some(100)))]);
-    s.store.then([Action::Reply(reply(Outcome::Applied, None))]);
+        .then([Action::Reply(s.reply(Outcome::Applied, Some(100)))]);
+    s.store
+        .then([Action::Reply(s.reply(Outcome::Applied, None))]);
     s.counter.increment(1);
     s.expect_within(1, "the first reply", || {
         s.counter.group_total() == Some(100)
@@ -150,7 +154,7 @@ async fn no_previous_total_leaves_the_buffer_as_the_count<R: Runtime>(rt: R) {
 async fn a_hanging_flush_makes_the_total_go_stale<R: Runtime>(rt: R) {
     let s = Setup::new(rt);
     s.store.then([
-        Action::Reply(reply(Outcome::Applied, Some(100))),
+        Action::Reply(s.reply(Outcome::Applied, Some(100))),
         Action::Hang,
     ]);
     s.counter.increment(1);
@@ -215,7 +219,7 @@ async fn under_the_original_rules_a_failed_flush_drops_its_buffer<R: Runtime>(rt
 async fn a_fenced_flush_returns_its_amount_to_the_buffer<R: Runtime>(rt: R) {
     let s = Setup::new(rt);
     s.store
-        .then([Action::Reply(reply(Outcome::Fenced, Some(40)))]);
+        .then([Action::Reply(s.reply(Outcome::Fenced, Some(40)))]);
     s.counter.increment(4);
     s.expect_within(1, "the fenced reply", || {
         s.counter.group_total() == Some(40)
@@ -238,18 +242,23 @@ async fn a_fenced_flush_returns_its_amount_to_the_buffer<R: Runtime>(rt: R) {
 
 async fn a_run_of_wrong_intervals_is_bounded<R: Runtime>(rt: R) {
     let s = Setup::new(rt);
-    s.store
-        .then((0..3).map(|_| Action::Reply(reply(Outcome::WrongInterval, None))));
+    // A store that keeps saying it is past the middle of an interval: each reply invites an
+    // immediate resend, but only a few in a row.
+    let late = FlushReply {
+        phase: s.interval() * 5 / 8,
+        ..s.reply(Outcome::WrongInterval, None)
+    };
+    s.store.then((0..3).map(|_| Action::Reply(late)));
     s.counter.increment(6);
     s.expect_within(3, "a flush after the wrong intervals", || {
         s.store.calls() >= 4
     })
     .await;
     let times = s.store.call_times();
-    assert!(times[1] - times[0] < s.interval() && times[2] - times[1] < s.interval());
+    assert!(times[1] - times[0] < s.interval() / 4 && times[2] - times[1] < s.interval() / 4);
     assert!(
-        times[3] - times[2] >= s.interval(),
-        "the fourth attempt waits an interval"
+        times[3] - times[2] >= s.interval() / 2,
+        "after three in a row, the next attempt waits for the next interval"
     );
     s.expect_within(1, "the amount counted", || {
         s.events
