@@ -773,10 +773,15 @@ impl Report {
             .filter(|a| !matches!(&a.done, Some(Done { result: Ok(_), .. })))
             .count();
         let ports: std::collections::BTreeSet<u16> = self.reads.iter().map(|r| r.port).collect();
+        let failures: Vec<usize> = self
+            .members
+            .iter()
+            .map(|(_, _, r)| r.with_message("flush failed").len())
+            .collect();
         eprintln!(
             "{} flushes sent, {failed} without a reply; {} intervals counted, {} read from \
              Redis (ports {ports:?}), holding {held} of at most {may_hold}; {applied_total} \
-             applied of {} sent",
+             applied of {} sent; flush failed by participant: {failures:?}",
             self.attempts.len(),
             applied.len(),
             highest.len(),
