@@ -143,6 +143,10 @@ pub enum StoreErrorKind {
     Unanswered,
     /// The store answered with an error before writing anything: the flush was not applied.
     Refused,
+    /// The store turned the flush away for a passing reason (a cluster slot moving or failing
+    /// over, a server loading its data): nothing was written, and the same flush may be sent
+    /// again.
+    Unavailable,
     /// The store answered with something that is not a flush reply: whether it was applied is
     /// unknown.
     Malformed,
@@ -169,6 +173,12 @@ impl StoreError {
         Self::new(StoreErrorKind::Refused, source)
     }
 
+    /// A flush the store turned away for now, caused by `source`: see
+    /// [`StoreErrorKind::Unavailable`].
+    pub fn unavailable(source: impl Into<Box<dyn Error + Send + Sync + 'static>>) -> Self {
+        Self::new(StoreErrorKind::Unavailable, source)
+    }
+
     /// A reply that could not be read as a flush reply.
     pub fn malformed(source: impl Into<Box<dyn Error + Send + Sync + 'static>>) -> Self {
         Self::new(StoreErrorKind::Malformed, source)
@@ -192,7 +202,19 @@ impl StoreError {
 
     /// Whether the store may have applied the flush despite the error.
     pub fn may_have_applied(&self) -> bool {
-        self.kind != StoreErrorKind::Refused
+        matches!(
+            self.kind,
+            StoreErrorKind::Unanswered | StoreErrorKind::Malformed
+        )
+    }
+
+    /// Whether sending the same flush again may succeed: it got no reply, or was turned away
+    /// for a passing reason.
+    pub fn worth_resending(&self) -> bool {
+        matches!(
+            self.kind,
+            StoreErrorKind::Unanswered | StoreErrorKind::Unavailable
+        )
     }
 }
 
@@ -208,6 +230,12 @@ impl fmt::Display for StoreError {
                 f,
                 "store refused the flush, nothing was written ({}); check the store's state \
                  and permissions",
+                self.source
+            ),
+            StoreErrorKind::Unavailable => write!(
+                f,
+                "store turned the flush away for now, nothing was written ({}); it is sent \
+                 again within the resend window",
                 self.source
             ),
             StoreErrorKind::Malformed => write!(

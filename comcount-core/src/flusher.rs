@@ -90,22 +90,33 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     pub(crate) async fn run(&mut self, stop: &mut oneshot::Receiver<()>) -> Option<()> {
         self.watch.until(self.shared.started(), stop).await?;
         loop {
-            if let Settled::Counted(interval) = self.flush(stop).await? {
+            let settled = self.flush(stop).await?;
+            if let Settled::Counted(interval) = settled {
                 self.last_added = Some(interval);
             }
-            let pause = self.pause();
+            let pause = self.pause(&settled);
             self.watch.until(self.timer.sleep(pause), stop).await?;
         }
     }
 
     /// How long to wait before the next flush.
-    fn pause(&self) -> Duration {
+    fn pause(&self, settled: &Settled) -> Duration {
         match self.settings.policy.timing {
             Timing::AfterReply => self.settings.interval,
-            Timing::MidInterval => self
-                .aim
-                .delay_to_aim(self.timer.now(), self.last_added)
-                .unwrap_or(self.settings.interval),
+            Timing::MidInterval => {
+                let now = self.timer.now();
+                // After a flush that did not count, not again in the same interval: what
+                // failed there would likely fail again.
+                let floor = match settled {
+                    Settled::Counted(_) => self.last_added,
+                    Settled::NotCounted => {
+                        self.last_added.max(Some(self.aim.expected_interval(now)))
+                    }
+                };
+                self.aim
+                    .delay_to_aim(now, floor)
+                    .unwrap_or(self.settings.interval)
+            }
         }
     }
 
@@ -132,7 +143,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 Ok(reply) => reply,
                 Err(error) => {
                     let may_resend =
-                        error.may_have_applied() && trying_for < self.settings.policy.resend_window;
+                        error.worth_resending() && trying_for < self.settings.policy.resend_window;
                     if !may_resend {
                         self.fail(&error, self.request.amount);
                         return Some(Settled::NotCounted);

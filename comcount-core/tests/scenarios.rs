@@ -324,6 +324,46 @@ async fn a_refused_flush_is_dropped_not_resent<R: Runtime>(rt: R) {
     assert_eq!(s.counter.buffered(), 0);
 }
 
+async fn a_flush_turned_away_for_now_is_resent<R: Runtime>(rt: R) {
+    let s = Setup::new(rt);
+    s.store.then([
+        Action::Fail(|| StoreError::unavailable("TRYAGAIN")),
+        Action::Fail(|| StoreError::unavailable("CLUSTERDOWN")),
+    ]);
+    s.counter.increment(4);
+    s.expect_within(2, "the resent flush counted", || {
+        !s.events.with_message("flush completed").is_empty()
+    })
+    .await;
+    let requests = s.store.requests();
+    assert_eq!((requests[0].seq, requests[0].amount), (requests[2].seq, 4));
+    assert!(s.events.with_message("flush failed").is_empty());
+}
+
+async fn refused_flushes_do_not_spin<R: Runtime>(rt: R) {
+    let s = Setup::new(rt);
+    s.counter.increment(1);
+    s.expect_within(2, "a first flush", || {
+        !s.events.with_message("flush completed").is_empty()
+    })
+    .await;
+    let refused = || StoreError::refused("ERR something is wrong");
+    s.store.then((0..4).map(|_| Action::Fail(refused)));
+    s.expect_within(8, "four refused flushes", || {
+        s.events.with_message("flush failed").len() >= 4
+    })
+    .await;
+    // Each refusal waits for the next interval before the next flush goes out.
+    let times = s.store.call_times();
+    let last = &times[times.len() - 4..];
+    for pair in last.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= s.interval() / 2,
+            "flushes {pair:?} follow a refusal too closely"
+        );
+    }
+}
+
 async fn flushes_aim_at_the_middle_of_each_interval<R: Runtime>(rt: R) {
     let s = Setup::new(rt);
     for _ in 0..6 {
@@ -425,6 +465,8 @@ on_every_runtime!(
     an_unanswered_flush_is_resent_as_the_same_flush,
     a_hung_flush_times_out_and_is_resent,
     a_refused_flush_is_dropped_not_resent,
+    a_flush_turned_away_for_now_is_resent,
+    refused_flushes_do_not_spin,
     flushes_aim_at_the_middle_of_each_interval,
     a_fenced_flush_returns_its_amount_to_the_buffer,
     a_run_of_wrong_intervals_is_bounded,

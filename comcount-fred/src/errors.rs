@@ -3,11 +3,12 @@
 use comcount_core::StoreError;
 use fred::error::{Error, ErrorKind};
 
-/// Sorts a fred error into the flush protocol's three kinds of failure.
+/// Sorts a fred error into the kinds of failure a flush can have.
 ///
 /// fred reports an error reply from the server with its text, which starts with the server's
-/// upper-case error code (`ERR`, `NOSCRIPT`, `MOVED`, `CLUSTERDOWN`, `BUSY`, `OOM`, ...): the
-/// script did not write, since every check comes before its first write. → refused. A reply fred
+/// upper-case error code: the script did not write, since every check comes before its first
+/// write. One that says "not now" (`TRYAGAIN`, `MOVED`, `CLUSTERDOWN`, ...) → unavailable; any
+/// other (`ERR`, `NOSCRIPT`, `OOM`, ...) → refused. A reply fred
 /// could not read → malformed. Everything else (connection lost, timed out, canceled, given up
 /// after its write attempts) leaves it unknown whether the flush ran. → unanswered.
 pub(crate) fn classify(error: Error) -> StoreError {
@@ -16,9 +17,26 @@ pub(crate) fn classify(error: Error) -> StoreError {
         ErrorKind::Protocol | ErrorKind::Parse | ErrorKind::NotFound => {
             StoreError::malformed(error)
         }
+        _ if is_passing(&error) => StoreError::unavailable(error),
         _ if is_server_reply(&error) => StoreError::refused(error),
         _ => StoreError::unanswered(error),
     }
+}
+
+/// Server errors that say "not now" rather than "no": a slot moving or a node failing over or
+/// loading. The script did not run, and the same flush may be sent again.
+fn is_passing(error: &Error) -> bool {
+    const PASSING: [&str; 7] = [
+        "TRYAGAIN",
+        "MOVED",
+        "ASK",
+        "CLUSTERDOWN",
+        "MASTERDOWN",
+        "READONLY",
+        "LOADING",
+    ];
+    let code = error.details().split_whitespace().next().unwrap_or("");
+    PASSING.contains(&code)
 }
 
 /// Whether the error carries a server's error reply: its first word is an upper-case code.
@@ -52,7 +70,14 @@ mod tests {
         );
         assert_eq!(
             kind(ErrorKind::Cluster, "MOVED 3999 127.0.0.1:6381"),
-            StoreErrorKind::Refused
+            StoreErrorKind::Unavailable
+        );
+        assert_eq!(
+            kind(
+                ErrorKind::Unknown,
+                "TRYAGAIN Multiple keys request during rehashing of slot"
+            ),
+            StoreErrorKind::Unavailable
         );
         assert_eq!(
             kind(ErrorKind::Unknown, "Too many failed write attempts."),

@@ -690,7 +690,7 @@ impl Report {
                 Some(Done {
                     result: Err((kind, _)),
                     ..
-                }) => *kind == StoreErrorKind::Refused,
+                }) => matches!(kind, StoreErrorKind::Refused | StoreErrorKind::Unavailable),
                 None => false,
             };
         }
@@ -824,12 +824,13 @@ impl Report {
 
     /// Asserts that no participant gave up a flush that may have been applied: with the
     /// default resend window, every unanswered flush is resent until it is settled, and only
-    /// refusals (nothing written) are dropped.
+    /// flushes turned away (nothing written) are dropped.
     pub fn assert_no_unanswered_flush_dropped(&self) {
         for record in self.flush_failures() {
             let error = record.attribute("error").unwrap_or_default();
             assert!(
-                error.starts_with("store refused the flush"),
+                error.starts_with("store refused the flush")
+                    || error.starts_with("store turned the flush away"),
                 "a flush that may have been applied was dropped: {record:?}"
             );
         }
