@@ -1,4 +1,5 @@
-//! Atomics, from loom when the crate is model-checked (`--cfg comcount_loom`), from std otherwise.
+//! Atomics, from loom when the buffer is model-checked (`--cfg comcount_loom`, in the
+//! `comcount-loom` crate), from std otherwise.
 
 #[cfg(comcount_loom)]
 pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
