@@ -181,10 +181,10 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 }
                 Outcome::Fenced => {
                     // A copy aimed at another interval may still be on its way: only this
-                    // same flush may carry the amount, in a later interval.
+                    // same flush may carry the amount, in a later interval (the aim below
+                    // skips the fenced one).
                     self.watch.refresh(reply.previous_total);
                     self.last_added = Some(reply.interval);
-                    wrong_in_a_row = MAX_WRONG_IN_A_ROW;
                 }
                 Outcome::WrongInterval => wrong_in_a_row += 1,
             }
