@@ -208,13 +208,11 @@ impl StoreError {
         )
     }
 
-    /// Whether sending the same flush again may succeed: it got no reply, or was turned away
-    /// for a passing reason.
+    /// Whether sending the same flush again may succeed: anything but a refusal. A flush that
+    /// got no reply, or a reply cut short, may have been applied (the fence makes a second
+    /// copy a duplicate); one turned away for a passing reason was not.
     pub fn worth_resending(&self) -> bool {
-        matches!(
-            self.kind,
-            StoreErrorKind::Unanswered | StoreErrorKind::Unavailable
-        )
+        self.kind != StoreErrorKind::Refused
     }
 }
 
