@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! RUSTFLAGS="--cfg comcount_loom" CARGO_TARGET_DIR=target/loom \
-//!     cargo test -p comcount-loom --release
+//!     cargo test -p comcount-loom --release --lib
 //! ```
 //!
 //! Built as part of the core instead, those tests would need every dev-dependency of the core
