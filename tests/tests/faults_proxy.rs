@@ -64,40 +64,31 @@ fn replies_delayed_past_the_flush_timeout() {
     });
 }
 
+/// Strikes a one-shot reply fault four times, each while the fleet counts, and checks that
+/// every lost reply was resent as the same flush and fenced as a duplicate.
+async fn lose_replies(tag: &str, strike: fn(&Proxy)) {
+    let (_server, proxy, fleet) = fleet_behind_a_proxy(tag).await;
+    for done in 1..=4 {
+        strike(&proxy);
+        let fault_end = struck(&proxy, done).await;
+        fleet.assert_recovers(fault_end, fleet.interval() * 2).await;
+    }
+    let report = fleet.finish(false).await;
+    assert_eq!(report.flush_failures(), []);
+    assert!(
+        report.duplicates() > 0,
+        "{tag}: no lost reply's flush was resent and fenced as a duplicate"
+    );
+}
+
 #[test]
 fn reply_swallowed_after_the_command_ran() {
-    run(async {
-        let (_server, proxy, fleet) = fleet_behind_a_proxy("swallowed").await;
-        for done in 1..=4 {
-            proxy.swallow_next_reply();
-            let fault_end = struck(&proxy, done).await;
-            fleet.assert_recovers(fault_end, fleet.interval() * 2).await;
-        }
-        let report = fleet.finish(false).await;
-        assert_eq!(report.flush_failures(), []);
-        assert!(
-            report.duplicates() > 0,
-            "no swallowed flush was resent and fenced as a duplicate"
-        );
-    });
+    run(lose_replies("swallowed", Proxy::swallow_next_reply));
 }
 
 #[test]
 fn connection_cut_halfway_through_a_reply() {
-    run(async {
-        let (_server, proxy, fleet) = fleet_behind_a_proxy("cut").await;
-        for done in 1..=4 {
-            proxy.cut_next_reply_halfway();
-            let fault_end = struck(&proxy, done).await;
-            fleet.assert_recovers(fault_end, fleet.interval() * 2).await;
-        }
-        let report = fleet.finish(false).await;
-        assert_eq!(report.flush_failures(), []);
-        assert!(
-            report.duplicates() > 0,
-            "no flush cut off was resent and fenced as a duplicate"
-        );
-    });
+    run(lose_replies("cut", Proxy::cut_next_reply_halfway));
 }
 
 #[test]
