@@ -54,17 +54,20 @@ fn increments_after_the_first_allocate_nothing() {
         "{N} increments on one thread allocated: {alone:?}"
     );
 
-    // Several threads on the same counter. Spawning allocates, so the threads are spawned
-    // first and released together once the count has started; they stay alive until it has
-    // been read, so that nothing they do on exit is counted.
+    // Several threads on the same counter. Spawning allocates, and so does a new thread
+    // setting itself up, so the threads are spawned and wait until all are running before the
+    // count starts; they are released together once it has, and stay alive until it has been
+    // read, so that nothing they do on exit is counted.
+    let ready = Barrier::new(THREADS + 1);
     let start = Barrier::new(THREADS + 1);
     let done = Barrier::new(THREADS + 1);
     let exit = Barrier::new(THREADS + 1);
     let together = thread::scope(|scope| {
         for _ in 0..THREADS {
             let counter = counter.clone();
-            let (start, done, exit) = (&start, &done, &exit);
+            let (ready, start, done, exit) = (&ready, &start, &done, &exit);
             scope.spawn(move || {
+                ready.wait();
                 start.wait();
                 for _ in 0..N {
                     counter.increment(1);
@@ -73,6 +76,7 @@ fn increments_after_the_first_allocate_nothing() {
                 exit.wait();
             });
         }
+        ready.wait();
         let region = Region::new(GLOBAL);
         start.wait();
         for _ in 0..N {
