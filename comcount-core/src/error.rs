@@ -21,7 +21,7 @@ pub enum ConfigError {
         /// The prefix given.
         prefix: String,
     },
-    /// The interval is shorter than one millisecond.
+    /// The interval is shorter than 10 ms, too close to a round trip to the store.
     IntervalTooShort {
         /// The interval given.
         interval: Duration,
@@ -67,9 +67,10 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::IntervalTooShort { interval } => write!(
                 f,
-                "the interval {interval:?} is shorter than one millisecond: the store counts \
-                 in whole milliseconds, so use at least Duration::from_millis(1) (intervals \
-                 well above the round trip to the store count best)"
+                "the interval {interval:?} is shorter than 10 ms: a flush takes a round trip \
+                 to the store, and below 10 ms the round trip and its jitter take most of the \
+                 interval, so flushes keep missing it; use at least Duration::from_millis(10) \
+                 (intervals far above the round trip count best)"
             ),
             ConfigError::IntervalNotWholeMillis { interval } => write!(
                 f,
