@@ -4,10 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::Timer;
+use crate::clock::{Clock, SystemClock, Timer};
 use crate::counter::Counter;
 use crate::diagnostics::{Diagnostics, LogDiagnostics, Reporter};
 use crate::error::ConfigError;
+use crate::sequence;
 use crate::settings::{PolicyChoice, Settings};
 use crate::shared::Shared;
 use crate::store::{ParticipantId, Store};
@@ -64,7 +65,20 @@ impl Builder {
     /// Uses `id` as this participant's identity instead of a random one.
     ///
     /// Two live participants must never share an id: the store would take them for one and
-    /// refuse the second's flushes. Meant for tests that need stable key names.
+    /// refuse the second's flushes. A fixed id suits tests that need stable key names, and a
+    /// participant whose identity outlives its process (a pod of a StatefulSet, say).
+    ///
+    /// # Restarting with the same id
+    ///
+    /// The store keeps each participant's fence (its last flush's sequence number and
+    /// interval) for ten minutes, or three intervals if longer. A participant built again under
+    /// the same id, after a restart, numbers its flushes from the wall clock (a thousand
+    /// numbers a millisecond), so they follow the ones it sent before it stopped and its first
+    /// flush is applied, not taken for an old copy. Two things must hold for that: the wall
+    /// clock must not step back across the restart, and the old process must be gone (it
+    /// would otherwise be a second live participant with the same id). If the old process
+    /// already added to the interval the restarted one first reaches, that flush waits for the
+    /// next interval, as any flush does.
     pub fn participant(mut self, id: ParticipantId) -> Self {
         self.participant = Some(id);
         self
@@ -114,9 +128,11 @@ impl Builder {
         timer: T,
     ) -> Result<(Counter, Worker), ConfigError> {
         let settings = Settings::with_policy(&self.name, &self.prefix, self.interval, self.policy)?;
-        let shared = Arc::new(Shared::new(Arc::clone(&settings.name)));
-        let (counter, stopped) = Counter::new(Arc::clone(&shared));
+        let (shared, stopped) = Shared::new(Arc::clone(&settings.name));
+        let shared = Arc::new(shared);
+        let counter = Counter::new(Arc::clone(&shared));
         let tick = Tick {
+            first_seq: sequence::first(SystemClock.now()),
             report: Reporter::new(Arc::clone(&settings.name), self.diagnostics),
             participant: self.participant.unwrap_or_else(ParticipantId::random),
             shared,

@@ -1,9 +1,7 @@
 //! The handle users count with.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
-
-use futures::channel::oneshot;
+use std::sync::Arc;
 
 use crate::builder::Builder;
 use crate::error::AmountError;
@@ -27,13 +25,17 @@ use crate::shared::Shared;
 #[derive(Clone)]
 pub struct Counter {
     shared: Arc<Shared>,
-    lifetime: Arc<Lifetime>,
+    /// Held for its drop: the last handle to go closes the counter.
+    _lifetime: Arc<Lifetime>,
 }
 
-/// Ends the background task when [`Counter::close`] is called or the last handle is dropped:
-/// either way the sender goes, and the task's receiver wakes.
-struct Lifetime {
-    stop: Mutex<Option<oneshot::Sender<()>>>,
+/// Closes the counter when the last handle is dropped, as [`Counter::close`] does.
+struct Lifetime(Arc<Shared>);
+
+impl Drop for Lifetime {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 impl Counter {
@@ -44,12 +46,12 @@ impl Counter {
         Builder::new(name.into(), interval)
     }
 
-    pub(crate) fn new(shared: Arc<Shared>) -> (Self, oneshot::Receiver<()>) {
-        let (stop, stopped) = oneshot::channel();
-        let lifetime = Arc::new(Lifetime {
-            stop: Mutex::new(Some(stop)),
-        });
-        (Self { shared, lifetime }, stopped)
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        let lifetime = Arc::new(Lifetime(Arc::clone(&shared)));
+        Self {
+            shared,
+            _lifetime: lifetime,
+        }
     }
 
     /// Counts `amount` and returns the best lower bound on the group's count now.
@@ -114,26 +116,23 @@ impl Counter {
 
     /// Stops the background flushing, at once and for good; sends nothing.
     ///
-    /// There is no parting flush: it could land in an interval this participant already added
-    /// to. What is still in the buffer stays unsent. The counter keeps counting locally and
-    /// answering. Calling it again does nothing. Dropping every handle has the same effect.
+    /// Once it returns, nothing more reaches the store: a flush that was already in the
+    /// store's hands may still be applied there, but no copy of anything is sent after. There
+    /// is no parting flush: it could land in an interval this participant already added to.
+    /// What is still in the buffer stays unsent, and so does an amount whose flush had not
+    /// been applied anywhere (it goes back to the buffer); an amount whose fate is unknown is
+    /// reported as `flush unsettled`.
+    ///
+    /// The group's total becomes unknown: nothing refreshes it any more. The counter keeps
+    /// counting locally and answering with its own buffer. Calling it again does nothing.
+    /// Dropping every handle has the same effect.
     pub fn close(&self) {
-        let sender = self
-            .lifetime
-            .stop
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
-        drop(sender);
+        self.shared.close();
     }
 
-    /// Whether [`close`](Counter::close) was called.
+    /// Whether [`close`](Counter::close) was called (or every handle was dropped).
     pub fn is_closed(&self) -> bool {
-        self.lifetime
-            .stop
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .is_none()
+        self.shared.is_closed()
     }
 }
 

@@ -4,7 +4,10 @@
 //! | level | message | attributes |
 //! | --- | --- | --- |
 //! | error | `flush failed` | `counter`, `error`, `dropped` |
+//! | error | `flush unsettled` | `counter`, `error`, `amount` |
 //! | warn | `total went stale` | `counter`, `after` (ms) |
+//! | warn | `round trip slow` | `counter`, `round_trip` (ms), `interval` (ms) |
+//! | info | `round trip normal` | `counter`, `round_trip` (ms), `interval` (ms) |
 //! | info | `counter started` | `counter`, `interval` (ms), `prefix`, `store` |
 //! | info | `counter stopped` | `counter` |
 //! | debug | `flush completed` | `counter`, `interval` (number), `amount`, `count` |
@@ -34,11 +37,11 @@ pub enum Level {
     Trace,
     /// What a healthy counter does every interval.
     Debug,
-    /// A counter starting or stopping.
+    /// A counter starting or stopping, or its store answering in time again.
     Info,
-    /// The group's total went unknown.
+    /// The group's total went unknown, or the store answers too slowly for the interval.
     Warn,
-    /// A flush's amount was lost.
+    /// A flush's amount was lost, or may have been.
     Error,
 }
 
@@ -80,12 +83,38 @@ pub enum Event<'a> {
         /// What `increment(0)` returns right after it.
         count: u64,
     },
-    /// A flush's amount was dropped without being counted, as far as the counter can tell.
+    /// A flush's amount was dropped, certainly not counted by the store: it was refused.
     FlushFailed {
         /// Why.
         error: &'a StoreError,
         /// The amount that was dropped.
         dropped: u64,
+    },
+    /// A flush was given up with its fate unknown: the store may or may not have counted it.
+    /// Its copies went unanswered for the whole resend window, or the counter was closed while
+    /// one was in the store's hands. The amount is not sent again.
+    FlushUnsettled {
+        /// Why it is unknown.
+        error: &'a StoreError,
+        /// The amount the flush carried.
+        amount: u64,
+    },
+    /// The store's round trip stayed above half the interval: flushes can no longer reach
+    /// every interval, and the group's total arrives late. Raised once, until
+    /// [`RoundTripNormal`](Event::RoundTripNormal).
+    RoundTripSlow {
+        /// The longest round trip seen (or the age of a copy still unanswered).
+        round_trip: Duration,
+        /// The interval length.
+        interval: Duration,
+    },
+    /// After [`RoundTripSlow`](Event::RoundTripSlow), a reply came well within half the
+    /// interval again.
+    RoundTripNormal {
+        /// That reply's round trip.
+        round_trip: Duration,
+        /// The interval length.
+        interval: Duration,
     },
     /// The group's total was not refreshed for two intervals and is no longer used.
     TotalWentStale {
@@ -124,9 +153,11 @@ impl Event<'_> {
     /// The event's level.
     pub fn level(&self) -> Level {
         match self {
-            Event::FlushFailed { .. } => Level::Error,
-            Event::TotalWentStale { .. } => Level::Warn,
-            Event::CounterStarted { .. } | Event::CounterStopped => Level::Info,
+            Event::FlushFailed { .. } | Event::FlushUnsettled { .. } => Level::Error,
+            Event::TotalWentStale { .. } | Event::RoundTripSlow { .. } => Level::Warn,
+            Event::CounterStarted { .. }
+            | Event::CounterStopped
+            | Event::RoundTripNormal { .. } => Level::Info,
             Event::FlushCompleted { .. } | Event::ScriptLoaded { .. } => Level::Debug,
         }
     }
@@ -138,7 +169,10 @@ impl Event<'_> {
             Event::CounterStopped => "counter stopped",
             Event::FlushCompleted { .. } => "flush completed",
             Event::FlushFailed { .. } => "flush failed",
+            Event::FlushUnsettled { .. } => "flush unsettled",
             Event::TotalWentStale { .. } => "total went stale",
+            Event::RoundTripSlow { .. } => "round trip slow",
+            Event::RoundTripNormal { .. } => "round trip normal",
             Event::ScriptLoaded { .. } => "script loaded",
         }
     }
@@ -171,7 +205,22 @@ impl Event<'_> {
                 f("error", Value::Error(error));
                 f("dropped", Value::U64(*dropped));
             }
+            Event::FlushUnsettled { error, amount } => {
+                f("error", Value::Error(error));
+                f("amount", Value::U64(*amount));
+            }
             Event::TotalWentStale { after } => f("after", ms(after)),
+            Event::RoundTripSlow {
+                round_trip,
+                interval,
+            }
+            | Event::RoundTripNormal {
+                round_trip,
+                interval,
+            } => {
+                f("round_trip", ms(round_trip));
+                f("interval", ms(interval));
+            }
             Event::ScriptLoaded { sha } => f("sha", Value::Str(sha)),
         }
     }

@@ -1,11 +1,15 @@
-//! The flush loop: one flush in the air at a time, each settled before the next, and the pause
-//! between them.
+//! The flush loop: one flush at a time, each settled before the next, and the pause between
+//! them.
 //!
-//! A flush keeps its sequence number and its amount from its first send to its settling, so
-//! that every copy of it that is ever sent, by this loop or by a client replaying it, is the
-//! same flush to the store's fence: applied at most once. An amount goes back to the buffer
-//! (and so into a flush with another number) only when no copy of its flush can ever be
-//! applied.
+//! A flush keeps its sequence number and its amount from its first copy to its settling, so
+//! that every copy of it ever sent, by this loop or by a client replaying it, is the same flush
+//! to the store's fence: applied at most once. Copies are awaited side by side, so a reply
+//! that comes late settles the flush as well as a prompt one. Another copy goes out only when
+//! the last one has gone unanswered for the measured timeout (which then doubles), or when an
+//! answer proves that no copy was applied: a slow store gets fewer copies, not more.
+//!
+//! The amount goes back to the buffer only when no copy was or ever can be applied. It is
+//! reported dropped only then too, and reported unsettled when that cannot be known.
 
 use std::fmt;
 use std::future::Future;
@@ -19,10 +23,13 @@ use futures::future::{Either, select};
 use crate::aim::Aim;
 use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
-use crate::error::{AmountError, StoreError, StoreErrorKind};
+use crate::error::{AmountError, StoreError};
+use crate::flight::{Answer, Flight};
+use crate::round_trip::RoundTrip;
 use crate::settings::Settings;
 use crate::shared::Shared;
-use crate::store::{FlushReply, FlushRequest, Outcome, ParticipantId, Store};
+use crate::slow_alarm::SlowAlarm;
+use crate::store::{FlushRequest, Outcome, ParticipantId, Store};
 use crate::timing::Timing;
 use crate::watch::Watch;
 
@@ -32,12 +39,14 @@ const MAX_WRONG_IN_A_ROW: u32 = 3;
 
 pub(crate) struct Flusher<S, T> {
     shared: Arc<Shared>,
-    store: S,
+    store: Arc<S>,
     timer: T,
     settings: Settings,
     report: Reporter,
     watch: Watch<T>,
     aim: Aim,
+    round_trip: RoundTrip,
+    alarm: SlowAlarm,
     request: FlushRequest,
     /// The last interval this participant is known to have added to.
     last_added: Option<u64>,
@@ -47,8 +56,44 @@ pub(crate) struct Flusher<S, T> {
 enum Settled {
     /// Counted by the store in this interval.
     Counted(u64),
-    /// Not counted, and never will be: the amount is back in the buffer, or reported dropped.
+    /// Not counted as far as this participant knows: back in the buffer, or reported dropped
+    /// or unsettled.
     NotCounted,
+}
+
+/// Why another copy is sent.
+#[derive(Clone, Copy)]
+enum Why {
+    /// The first.
+    First,
+    /// The last one went unanswered, or failed on the way: sent again within the resend
+    /// window.
+    Resend,
+    /// The last one answered that it landed in an interval it could not be added to: sent
+    /// again, aimed at another, for as long as the flush is kept.
+    Retarget,
+}
+
+/// How a copy's sending went.
+enum Sent {
+    /// It is in the store's hands, awaited.
+    Awaited,
+    /// It answered at once.
+    Answered(Answer),
+    /// The counter is closed: nothing was sent.
+    Closed,
+}
+
+/// What the flush does next, as the answers so far decide it.
+struct Plan {
+    /// When to send another copy, and why, if one is due.
+    next_copy: Option<(Duration, Why)>,
+    /// A refusal: no more copies are sent.
+    refusal: Option<StoreError>,
+    /// The last error that left it unknown whether a copy was applied.
+    last_error: Option<StoreError>,
+    backoff: Backoff,
+    wrong_in_a_row: u32,
 }
 
 impl<S: Store, T: Timer> Flusher<S, T> {
@@ -59,6 +104,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         settings: Settings,
         report: Reporter,
         participant: ParticipantId,
+        first_seq: u64,
     ) -> Self {
         Self {
             watch: Watch::new(
@@ -68,10 +114,12 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 settings.interval,
             ),
             aim: Aim::new(settings.interval_ms),
+            round_trip: RoundTrip::new(settings.policy.flush_timeout),
+            alarm: SlowAlarm::new(settings.interval),
             request: FlushRequest {
                 key_base: Arc::clone(&settings.key_base),
                 participant,
-                seq: 0,
+                seq: first_seq,
                 amount: 0,
                 interval_ms: settings.interval_ms,
                 expect: 0,
@@ -79,7 +127,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             },
             last_added: None,
             shared,
-            store,
+            store: Arc::new(store),
             timer,
             settings,
             report,
@@ -92,7 +140,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         loop {
             let settled = self.flush(stop).await?;
             if let Settled::Counted(interval) = settled {
-                self.last_added = Some(interval);
+                self.last_added = self.last_added.max(Some(interval));
             }
             let pause = self.pause(&settled);
             self.watch.until(self.timer.sleep(pause), stop).await?;
@@ -120,104 +168,272 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         }
     }
 
-    /// Sends the buffer as one new flush and keeps at it until it is settled.
+    /// Takes the buffer as one new flush and keeps at it until it is settled; `None` once the
+    /// counter is closed.
     async fn flush(&mut self, stop: &mut oneshot::Receiver<()>) -> Option<Settled> {
+        let amount = self.shared.while_open(|| self.shared.buffer.take())?;
         self.request.seq += 1;
-        self.request.amount = self.shared.buffer.take();
-        let first_sent = self.timer.now();
-        let mut expects = Expects::default();
-        let mut wrong_in_a_row = 0;
-        let mut backoff = Backoff::new(self.settings.interval);
+        self.request.amount = amount;
+        let started = self.timer.now();
+        let mut flight = Flight::default();
+        let mut plan = Plan {
+            next_copy: Some((started, Why::First)),
+            refusal: None,
+            last_error: None,
+            backoff: Backoff::new(self.settings.interval),
+            wrong_in_a_row: 0,
+        };
         loop {
-            self.request.expect = self.aim.expected_interval(self.timer.now());
-            expects.note(self.request.expect);
-            let sent = self.timer.now();
-            let sending = self.store.flush(&self.request, &self.report);
-            let timeout = self.settings.policy.flush_timeout;
-            let result = self
-                .watch
-                .until(with_timeout(sending, self.timer.sleep(timeout)), stop)
-                .await?;
-            let trying_for = self.timer.now().saturating_sub(first_sent);
-            let reply = match result {
-                Ok(reply) => reply,
-                Err(error) => {
-                    let may_resend =
-                        error.worth_resending() && trying_for < self.settings.policy.resend_window;
-                    if !may_resend {
-                        self.fail(&error, self.request.amount);
-                        return Some(Settled::NotCounted);
-                    }
-                    self.watch
-                        .until(self.timer.sleep(backoff.next()), stop)
-                        .await?;
-                    continue;
-                }
-            };
-            self.aim.observe(&reply, sent, self.timer.now());
-            backoff.reset();
-            match reply.outcome {
-                Outcome::Applied | Outcome::Duplicate => {
-                    self.watch.refresh(reply.previous_total);
-                    self.report.emit(Event::FlushCompleted {
-                        interval: reply.interval,
-                        amount: self.request.amount,
-                        count: self.shared.count(),
-                    });
-                    return Some(Settled::Counted(reply.interval));
-                }
-                Outcome::Stale => {
-                    self.watch.refresh(reply.previous_total);
-                    self.fail(&StoreError::refused(StaleFlush), self.request.amount);
-                    return Some(Settled::NotCounted);
-                }
-                Outcome::Fenced if expects.single() => {
-                    // Every copy of this flush expects this interval, where the fence stops
-                    // them all: none can ever count, so the amount may join a later flush.
-                    self.watch.refresh(reply.previous_total);
-                    self.last_added = Some(reply.interval);
-                    self.put_back(self.request.amount);
-                    return Some(Settled::NotCounted);
-                }
-                Outcome::Fenced => {
-                    // A copy aimed at another interval may still be on its way: only this
-                    // same flush may carry the amount, in a later interval (the aim below
-                    // skips the fenced one).
-                    self.watch.refresh(reply.previous_total);
-                    self.last_added = Some(reply.interval);
-                }
-                Outcome::WrongInterval => wrong_in_a_row += 1,
-            }
-            if trying_for >= self.give_up_after() {
-                let error = StoreError::new(StoreErrorKind::Unanswered, NeverLanded);
-                self.fail(&error, self.request.amount);
-                return Some(Settled::NotCounted);
-            }
-            // Try again aimed at an interval this participant has not added to: at once
-            // while a short run of wrong intervals lasts and the aim allows, else later.
             let now = self.timer.now();
-            let mut floor = self.last_added;
-            if wrong_in_a_row >= MAX_WRONG_IN_A_ROW {
-                wrong_in_a_row = 0;
-                floor = floor.max(Some(self.aim.expected_interval(now)));
+            if let Some((at, why)) = plan.next_copy
+                && at <= now
+            {
+                plan.next_copy = None;
+                if self.may_send(why, started, now) {
+                    match self.send(&mut flight, now) {
+                        Sent::Closed => return self.closed(&flight),
+                        Sent::Answered(answer) => {
+                            if let Some(settled) = self.take(answer, &mut flight, &mut plan) {
+                                return Some(settled);
+                            }
+                            continue;
+                        }
+                        Sent::Awaited => {}
+                    }
+                }
             }
-            let wait = self
-                .aim
-                .delay_to_aim(now, floor)
-                .unwrap_or(self.settings.interval);
-            if !wait.is_zero() {
-                wrong_in_a_row = 0;
-                self.watch.until(self.timer.sleep(wait), stop).await?;
+            if !flight.awaiting() && plan.next_copy.is_none() {
+                return Some(self.conclude(&flight, plan));
+            }
+            let wait = self.next_wake(&flight, &plan, started).saturating_sub(now);
+            let sleep = self.timer.sleep(wait);
+            let woke = self
+                .watch
+                .until(first_of(flight.next_answer(), sleep), stop)
+                .await;
+            match woke {
+                None => return self.closed(&flight),
+                Some(Some(answer)) => {
+                    if let Some(settled) = self.take(answer, &mut flight, &mut plan) {
+                        return Some(settled);
+                    }
+                }
+                Some(None) => {
+                    if self.timed_out(&mut flight, &mut plan, started) {
+                        return Some(self.conclude(&flight, plan));
+                    }
+                }
             }
         }
     }
 
-    /// How long a flush that keeps missing its interval is tried before it is dropped.
+    /// Whether a copy may be sent now: the first always, one that answered landing in the
+    /// wrong interval while the flush is kept, and one that went unanswered within the resend
+    /// window.
+    fn may_send(&self, why: Why, started: Duration, now: Duration) -> bool {
+        let trying_for = now.saturating_sub(started);
+        match why {
+            Why::First => true,
+            Why::Retarget => trying_for < self.give_up_after(),
+            Why::Resend => trying_for < self.settings.policy.resend_window,
+        }
+    }
+
+    /// Sends a copy aimed at the interval the store will be in when it arrives, unless the
+    /// counter is closed.
+    fn send(&mut self, flight: &mut Flight, now: Duration) -> Sent {
+        self.request.expect = self.aim.expected_interval(now);
+        let Self {
+            shared,
+            store,
+            request,
+            report,
+            ..
+        } = self;
+        match shared.while_open(|| flight.send(store, request, report, now)) {
+            None => Sent::Closed,
+            Some(Some(answer)) => Sent::Answered(answer),
+            Some(None) => Sent::Awaited,
+        }
+    }
+
+    /// When the flush loop must look again: for the next copy, the last copy's timeout, the
+    /// slow-store alarm, or giving up on copies that never answer.
+    fn next_wake(&self, flight: &Flight, plan: &Plan, started: Duration) -> Duration {
+        let mut at = plan.next_copy.map(|(at, _)| at);
+        if flight.awaiting() {
+            let candidates = [
+                flight
+                    .last_sent()
+                    .map(|sent| sent + self.round_trip.timeout()),
+                flight
+                    .oldest_awaited()
+                    .and_then(|sent| self.alarm.next_check(sent)),
+                Some(started + self.give_up_after()),
+            ];
+            at = candidates.into_iter().flatten().chain(at).min();
+        }
+        at.unwrap_or(started + self.give_up_after())
+    }
+
+    /// Looks at the copies still awaited after a wait with no answer. Returns whether to give
+    /// up on them.
+    fn timed_out(&mut self, flight: &mut Flight, plan: &mut Plan, started: Duration) -> bool {
+        let now = self.timer.now();
+        if let Some(oldest) = flight.oldest_awaited() {
+            self.alarm.waiting(oldest, now, &self.report);
+        }
+        let last_timed_out = flight
+            .last_sent()
+            .is_some_and(|sent| now >= sent + self.round_trip.timeout());
+        if flight.awaiting() && last_timed_out {
+            // The last copy went unanswered for the timeout: it may land yet, or never.
+            flight.may_have_counted();
+            self.round_trip.back_off();
+            if flight.has_room() && plan.refusal.is_none() {
+                plan.next_copy = Some((now, Why::Resend));
+            }
+        }
+        flight.awaiting() && now >= started + self.give_up_after()
+    }
+
+    /// Takes one copy's answer; returns how the flush settled, if it did.
+    fn take(&mut self, answer: Answer, flight: &mut Flight, plan: &mut Plan) -> Option<Settled> {
+        let now = self.timer.now();
+        let round_trip = now.saturating_sub(answer.sent);
+        let reply = match answer.result {
+            Ok(reply) => reply,
+            Err(error) if !error.worth_resending() => {
+                plan.refusal = Some(error);
+                plan.next_copy = None;
+                return None;
+            }
+            Err(error) => {
+                // Not again sooner than the failed copy took, nor than the backoff says.
+                let mut wait = plan.backoff.next();
+                if error.may_have_applied() {
+                    flight.may_have_counted();
+                    wait = wait.max(round_trip);
+                }
+                plan.last_error = Some(error);
+                self.plan_copy(flight, plan, now + wait, Why::Resend);
+                return None;
+            }
+        };
+        self.round_trip.sample(round_trip);
+        self.aim.observe(&reply, answer.sent, now);
+        self.alarm.answered(answer.sent, now, &self.report);
+        plan.backoff.reset();
+        match reply.outcome {
+            Outcome::Applied | Outcome::Duplicate => {
+                self.watch.refresh(reply.previous_total, round_trip);
+                let interval = reply.counted_in.unwrap_or(reply.interval);
+                self.report.emit(Event::FlushCompleted {
+                    interval,
+                    amount: self.request.amount,
+                    count: self.shared.count(),
+                });
+                return Some(Settled::Counted(interval));
+            }
+            Outcome::Stale => {
+                self.watch.refresh(reply.previous_total, round_trip);
+                plan.refusal = Some(StoreError::refused(StaleFlush));
+                plan.next_copy = None;
+            }
+            Outcome::Fenced => {
+                // This participant added to this interval already: the same flush goes to a
+                // later one.
+                self.watch.refresh(reply.previous_total, round_trip);
+                self.last_added = self.last_added.max(Some(reply.interval));
+                plan.wrong_in_a_row = 0;
+                let wait = self
+                    .aim
+                    .delay_to_aim(now, self.last_added)
+                    .unwrap_or(self.settings.interval);
+                self.plan_copy(flight, plan, now + wait, Why::Retarget);
+            }
+            Outcome::WrongInterval => {
+                plan.wrong_in_a_row += 1;
+                let wait = self.after_wrong_interval(now, &mut plan.wrong_in_a_row);
+                self.plan_copy(flight, plan, now + wait, Why::Retarget);
+            }
+        }
+        None
+    }
+
+    /// Plans the next copy for `at`, unless the flush is refused or a copy is still awaited
+    /// (whose timeout decides then).
+    fn plan_copy(&self, flight: &Flight, plan: &mut Plan, at: Duration, why: Why) {
+        if plan.refusal.is_none() && !flight.awaiting() {
+            plan.next_copy = Some((at, why));
+        }
+    }
+
+    /// How long to wait after a wrong-interval reply: at once while a short run of them lasts
+    /// and the aim allows, else until the middle of the next interval not yet added to.
+    fn after_wrong_interval(&self, now: Duration, wrong_in_a_row: &mut u32) -> Duration {
+        let mut floor = self.last_added;
+        if *wrong_in_a_row >= MAX_WRONG_IN_A_ROW {
+            *wrong_in_a_row = 0;
+            floor = floor.max(Some(self.aim.expected_interval(now)));
+        }
+        let wait = self
+            .aim
+            .delay_to_aim(now, floor)
+            .unwrap_or(self.settings.interval);
+        if !wait.is_zero() {
+            *wrong_in_a_row = 0;
+        }
+        wait
+    }
+
+    /// Ends a flush that no answer settled.
+    fn conclude(&self, flight: &Flight, plan: Plan) -> Settled {
+        let amount = self.request.amount;
+        match plan.refusal {
+            // A refusal is final: a copy run again is refused again, and a stale one is
+            // behind a later flush of this participant for good.
+            Some(refusal) if flight.all_answered_unapplied() => self.fail(&refusal, amount),
+            Some(refusal) => self.unsettled(&refusal, amount),
+            // No copy can ever be applied: the amount joins a later flush.
+            None if flight.certainly_not_counted(self.last_added) => self.put_back(amount),
+            None if flight.all_answered_unapplied() => {
+                self.unsettled(&StoreError::unanswered(NeverLanded), amount);
+            }
+            None => {
+                let error = plan
+                    .last_error
+                    .unwrap_or_else(|| StoreError::unanswered(NoReply));
+                self.unsettled(&error, amount);
+            }
+        }
+        Settled::NotCounted
+    }
+
+    /// Accounts for the flush in the air when the counter is closed.
+    fn closed(&self, flight: &Flight) -> Option<Settled> {
+        let amount = self.request.amount;
+        if flight.certainly_not_counted(self.last_added) {
+            self.put_back(amount);
+        } else if amount > 0 {
+            self.unsettled(&StoreError::unanswered(ClosedInFlight), amount);
+        }
+        None
+    }
+
+    /// How long a flush is kept before it is given up: the resend window, at least four
+    /// intervals and four round trips, and never more than half the fence's life, so that no
+    /// copy can outlive the fence that keeps it from counting twice.
     fn give_up_after(&self) -> Duration {
+        let interval = self.settings.interval;
+        let round_trip = self.round_trip.smoothed().unwrap_or(Duration::ZERO);
+        let fence_ttl = Duration::from_millis(self.settings.fence_ttl_ms);
         self.settings
             .policy
             .resend_window
-            .max(self.settings.interval * 4)
+            .max(interval * 4)
+            .max(round_trip * 4)
+            .min(fence_ttl / 2)
     }
 
     /// Returns an amount that was certainly not counted to the buffer.
@@ -232,43 +448,26 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     fn fail(&self, error: &StoreError, dropped: u64) {
         self.report.emit(Event::FlushFailed { error, dropped });
     }
+
+    fn unsettled(&self, error: &StoreError, amount: u64) {
+        self.report.emit(Event::FlushUnsettled { error, amount });
+    }
 }
 
-/// Awaits `sending`, or fails it as unanswered once `deadline` completes.
-async fn with_timeout<F, D>(sending: F, deadline: D) -> Result<FlushReply, StoreError>
+/// Awaits `answer` or `deadline`, whichever comes first: `None` for the deadline.
+async fn first_of<A, D>(answer: A, deadline: D) -> Option<Answer>
 where
-    F: Future<Output = Result<FlushReply, StoreError>>,
+    A: Future<Output = Answer>,
     D: Future<Output = ()>,
 {
-    match select(pin!(sending), pin!(deadline)).await {
-        Either::Left((result, _)) => result,
-        Either::Right(((), _)) => Err(StoreError::unanswered(TimedOut)),
+    match select(pin!(answer), pin!(deadline)).await {
+        Either::Left((answer, _)) => Some(answer),
+        Either::Right(((), _)) => None,
     }
 }
 
-/// The intervals one flush was sent to expect.
-#[derive(Default)]
-struct Expects {
-    first: Option<u64>,
-    mixed: bool,
-}
-
-impl Expects {
-    fn note(&mut self, expect: u64) {
-        match self.first {
-            None => self.first = Some(expect),
-            Some(first) if first != expect => self.mixed = true,
-            Some(_) => {}
-        }
-    }
-
-    fn single(&self) -> bool {
-        !self.mixed
-    }
-}
-
-/// Pauses between resends of an unanswered flush: from a fiftieth of the interval, doubling up
-/// to half an interval.
+/// Pauses between copies of a flush that failed at once: from a fiftieth of the interval,
+/// doubling up to half an interval.
 struct Backoff {
     first: Duration,
     cap: Duration,
@@ -296,32 +495,51 @@ impl Backoff {
     }
 }
 
-/// A flush that took longer than the flush timeout.
+/// A flush none of whose copies answered.
 #[derive(Debug)]
-struct TimedOut;
+struct NoReply;
 
-impl fmt::Display for TimedOut {
+impl fmt::Display for NoReply {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("no reply within the flush timeout; raise it with Builder::flush_timeout if the store is slow")
+        f.write_str(
+            "no copy of the flush was answered within the resend window, so whether it was \
+             counted is unknown; check that the store is reachable and not overloaded",
+        )
     }
 }
 
-impl std::error::Error for TimedOut {}
+impl std::error::Error for NoReply {}
 
-/// A flush that kept missing the store's interval.
+/// A flush whose copies kept landing in intervals they could not be added to.
 #[derive(Debug)]
 struct NeverLanded;
 
 impl fmt::Display for NeverLanded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(
-            "the flush kept arriving in another interval than the store's clock was in; \
-             check that the interval is well above the round trip to the store",
+            "the flush kept arriving in another interval than the store's clock was in, and a \
+             copy replayed by the client may still land; check that the interval is well \
+             above the round trip to the store",
         )
     }
 }
 
 impl std::error::Error for NeverLanded {}
+
+/// A flush still in the air when the counter was closed.
+#[derive(Debug)]
+struct ClosedInFlight;
+
+impl fmt::Display for ClosedInFlight {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "the counter was closed while the flush was in the store's hands, so whether it \
+             was counted is unknown",
+        )
+    }
+}
+
+impl std::error::Error for ClosedInFlight {}
 
 /// A flush the store found older than one it already applied from this participant: two live
 /// participants share an id.

@@ -135,11 +135,12 @@ impl<C: Clock> MemoryStore<C> {
         let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
         let n = now_ms / interval_ms;
         let phase = Duration::from_millis(now_ms % interval_ms);
-        let reply = |outcome, previous_total| FlushReply {
+        let reply = |outcome, previous_total, counted_in| FlushReply {
             outcome,
             interval: n,
             phase,
             previous_total,
+            counted_in,
         };
 
         let mut state = self.lock();
@@ -150,7 +151,7 @@ impl<C: Clock> MemoryStore<C> {
         let live = |key: &str| state.values.get(key).filter(|e| e.expires_at > now);
 
         if n != request.expect {
-            return Ok(reply(Outcome::WrongInterval, None));
+            return Ok(reply(Outcome::WrongInterval, None, None));
         }
         let previous_total = match n.checked_sub(1).map(|p| request.interval_key(p)) {
             Some(key) => match live(&key).map(|e| e.value) {
@@ -162,14 +163,14 @@ impl<C: Clock> MemoryStore<C> {
         };
         let fence_key = request.fence_key();
         match live(&fence_key).map(|e| e.value) {
-            Some(Value::Fence { seq, .. }) if request.seq == seq => {
-                return Ok(reply(Outcome::Duplicate, previous_total));
+            Some(Value::Fence { seq, interval }) if request.seq == seq => {
+                return Ok(reply(Outcome::Duplicate, previous_total, Some(interval)));
             }
             Some(Value::Fence { seq, .. }) if request.seq < seq => {
-                return Ok(reply(Outcome::Stale, previous_total));
+                return Ok(reply(Outcome::Stale, previous_total, None));
             }
             Some(Value::Fence { interval, .. }) if interval >= n => {
-                return Ok(reply(Outcome::Fenced, previous_total));
+                return Ok(reply(Outcome::Fenced, previous_total, None));
             }
             Some(Value::Total(_)) => return Err(wrong_type(&fence_key)),
             _ => {}
@@ -203,7 +204,7 @@ impl<C: Clock> MemoryStore<C> {
                 expires_at: now + Duration::from_millis(request.fence_ttl_ms),
             },
         );
-        Ok(reply(Outcome::Applied, previous_total))
+        Ok(reply(Outcome::Applied, previous_total, Some(n)))
     }
 }
 

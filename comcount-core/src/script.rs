@@ -67,6 +67,7 @@ pub fn decode(fields: &[Field<'_>]) -> Result<FlushReply, StoreError> {
         interval: int(interval)?,
         phase: Duration::from_millis(int(phase)?),
         previous_total,
+        counted_in: None,
     })
 }
 

@@ -142,6 +142,9 @@ pub struct FlushReply {
     /// With [`Outcome::WrongInterval`] the store may not have read that key and this is `None`;
     /// a counter does not take it as the group's number then.
     pub previous_total: Option<u64>,
+    /// The interval the flush is counted in: `interval` for [`Outcome::Applied`], the interval
+    /// the earlier copy was applied in for [`Outcome::Duplicate`], `None` otherwise.
+    pub counted_in: Option<u64>,
 }
 
 /// Where a counter's flushes go: an implementation of the flush protocol.

@@ -16,13 +16,17 @@ use crate::shared::Shared;
 
 /// Keeps the group's total and how fresh it is. A total that nothing refreshed for two
 /// intervals becomes unknown, whatever the background task is busy with: a hanging flush
-/// included.
+/// included. A total that took a long round trip to arrive keeps that much longer (up to three
+/// intervals more), since the next one will take as long.
 pub(crate) struct Watch<T> {
     timer: T,
     shared: Arc<Shared>,
     report: Reporter,
-    stale_after: Duration,
-    refreshed_at: Option<Duration>,
+    interval: Duration,
+    /// When the total goes stale, while one is known.
+    stale_at: Option<Duration>,
+    /// When the total was last refreshed.
+    refreshed_at: Duration,
 }
 
 enum Woke<O> {
@@ -37,15 +41,19 @@ impl<T: Timer> Watch<T> {
             timer,
             shared,
             report,
-            stale_after: interval * 2,
-            refreshed_at: None,
+            interval,
+            stale_at: None,
+            refreshed_at: Duration::ZERO,
         }
     }
 
-    /// Takes a reply's total as the group's number: `None` makes it unknown.
-    pub(crate) fn refresh(&mut self, total: Option<u64>) {
+    /// Takes a reply's total as the group's number (`None` makes it unknown); the copy that
+    /// brought it took `round_trip`.
+    pub(crate) fn refresh(&mut self, total: Option<u64>, round_trip: Duration) {
         self.shared.group.set(total);
-        self.refreshed_at = total.map(|_| self.timer.now());
+        let now = self.timer.now();
+        self.refreshed_at = now;
+        self.stale_at = total.map(|_| now + stale_after(self.interval, round_trip));
     }
 
     /// Awaits `future`, or returns `None` once the counter is stopped. Meanwhile the total goes
@@ -57,16 +65,15 @@ impl<T: Timer> Watch<T> {
     ) -> Option<F::Output> {
         let mut future = pin!(future);
         loop {
-            let stale_in = self
-                .refreshed_at
-                .map(|at| (at + self.stale_after).saturating_sub(self.timer.now()));
+            let stale_in = self.stale_at.map(|at| at.saturating_sub(self.timer.now()));
             let mut stale = pin!(stale_in.map(|d| self.timer.sleep(d)));
             let woke = poll_fn(|cx| {
-                if let Poll::Ready(output) = future.as_mut().poll(cx) {
-                    return Poll::Ready(Woke::Done(output));
-                }
+                // The stop first: once stopped, nothing more of the future may run.
                 if stop.poll_unpin(cx).is_ready() {
                     return Poll::Ready(Woke::Stopped);
+                }
+                if let Poll::Ready(output) = future.as_mut().poll(cx) {
+                    return Poll::Ready(Woke::Done(output));
                 }
                 match stale.as_mut().as_pin_mut().map(|s| s.poll(cx)) {
                     Some(Poll::Ready(())) => Poll::Ready(Woke::Stale),
@@ -83,11 +90,17 @@ impl<T: Timer> Watch<T> {
     }
 
     fn go_stale(&mut self) {
-        if let Some(at) = self.refreshed_at.take() {
+        if self.stale_at.take().is_some() {
             self.shared.group.set(None);
             self.report.emit(Event::TotalWentStale {
-                after: self.timer.now().saturating_sub(at),
+                after: self.timer.now().saturating_sub(self.refreshed_at),
             });
         }
     }
+}
+
+/// How long a total brought by a copy that took `round_trip` stays fresh: two intervals, plus
+/// the round trip up to three intervals.
+pub(crate) fn stale_after(interval: Duration, round_trip: Duration) -> Duration {
+    interval * 2 + round_trip.min(interval * 3)
 }

@@ -80,6 +80,19 @@ pub(crate) struct Tick<S, T> {
     pub(crate) settings: Settings,
     pub(crate) report: Reporter,
     pub(crate) participant: ParticipantId,
+    /// The sequence number the first flush follows.
+    pub(crate) first_seq: u64,
+}
+
+/// Makes the group's total unknown when the background task ends, however it ends: stopped,
+/// panicking in a store or a diagnostics sink, or dropped with its runtime. Nothing refreshes
+/// the total after that.
+struct ForgetTotalOnExit(Arc<Shared>);
+
+impl Drop for ForgetTotalOnExit {
+    fn drop(&mut self) {
+        self.0.group.set(None);
+    }
 }
 
 impl<S: Store, T: Timer> Tick<S, T> {
@@ -91,14 +104,25 @@ impl<S: Store, T: Timer> Tick<S, T> {
             settings,
             report,
             participant,
+            first_seq,
         } = self;
+        let _forget = ForgetTotalOnExit(Arc::clone(&shared));
         report.emit(Event::CounterStarted {
             interval: settings.interval,
             prefix: &settings.prefix,
             store: store.name(),
         });
-        let mut flusher = Flusher::new(shared, store, timer, settings, report.clone(), participant);
+        let mut flusher = Flusher::new(
+            shared,
+            store,
+            timer,
+            settings,
+            report.clone(),
+            participant,
+            first_seq,
+        );
         flusher.run(&mut stop).await;
+        drop(flusher);
         report.emit(Event::CounterStopped);
     }
 }

@@ -1,0 +1,132 @@
+//! How long the store takes to answer, measured reply by reply, and how long to wait for a
+//! reply before sending another copy of a flush.
+//!
+//! The estimate is TCP's (RFC 6298): a smoothed round trip and its mean deviation, and a
+//! timeout of the one plus four times the other. Each copy of a flush is its own future, so
+//! every reply times the copy it answers and no sample is ambiguous. A timeout that passes
+//! doubles the next one, until a reply comes: a store that slows down, for whatever reason,
+//! gets fewer copies, not more.
+
+use std::time::Duration;
+
+/// The longest a copy is waited for before another is sent, however slow the store.
+const CAP: Duration = Duration::from_secs(60);
+
+/// The most the timeout is doubled in a row.
+const MAX_DOUBLINGS: u32 = 6;
+
+#[derive(Debug)]
+pub(crate) struct RoundTrip {
+    /// The timeout before the first reply, and the least it ever is.
+    floor: Duration,
+    smoothed: Option<Duration>,
+    deviation: Duration,
+    doublings: u32,
+}
+
+impl RoundTrip {
+    /// An estimator whose timeout starts at, and never goes below, `floor`.
+    pub(crate) fn new(floor: Duration) -> Self {
+        Self {
+            floor,
+            smoothed: None,
+            deviation: Duration::ZERO,
+            doublings: 0,
+        }
+    }
+
+    /// Takes the round trip of one answered copy.
+    pub(crate) fn sample(&mut self, round_trip: Duration) {
+        match self.smoothed {
+            None => {
+                self.smoothed = Some(round_trip);
+                self.deviation = round_trip / 2;
+            }
+            Some(smoothed) => {
+                let error = smoothed.abs_diff(round_trip);
+                self.deviation = (self.deviation * 3 + error) / 4;
+                self.smoothed = Some((smoothed * 7 + round_trip) / 8);
+            }
+        }
+        self.doublings = 0;
+    }
+
+    /// Doubles the timeout, after one passed with no reply.
+    pub(crate) fn back_off(&mut self) {
+        self.doublings = (self.doublings + 1).min(MAX_DOUBLINGS);
+    }
+
+    /// How long to wait for a reply before another copy may go.
+    pub(crate) fn timeout(&self) -> Duration {
+        let estimate = self.smoothed.map_or(Duration::ZERO, |smoothed| {
+            smoothed + (self.deviation * 4).max(Duration::from_millis(1))
+        });
+        (estimate.max(self.floor) * (1 << self.doublings)).min(CAP.max(self.floor))
+    }
+
+    /// The smoothed round trip, once a reply has come.
+    pub(crate) fn smoothed(&self) -> Option<Duration> {
+        self.smoothed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn waits_the_floor_until_a_reply_is_timed() {
+        let rt = RoundTrip::new(ms(100));
+        assert_eq!(rt.timeout(), ms(100));
+        assert_eq!(rt.smoothed(), None);
+    }
+
+    #[test]
+    fn a_store_slower_than_the_floor_raises_the_timeout_above_its_round_trip() {
+        let mut rt = RoundTrip::new(ms(100));
+        rt.sample(ms(300));
+        // 300 + 4 * 150
+        assert_eq!(rt.timeout(), ms(900));
+        for _ in 0..50 {
+            rt.sample(ms(300));
+        }
+        assert!(rt.timeout() > ms(300), "{:?}", rt.timeout());
+        assert!(rt.timeout() < ms(320), "{:?}", rt.timeout());
+    }
+
+    #[test]
+    fn a_fast_store_keeps_the_floor() {
+        let mut rt = RoundTrip::new(ms(100));
+        for _ in 0..10 {
+            rt.sample(ms(1));
+        }
+        assert_eq!(rt.timeout(), ms(100));
+    }
+
+    #[test]
+    fn each_timeout_doubles_the_next_until_a_reply_comes() {
+        let mut rt = RoundTrip::new(ms(100));
+        rt.back_off();
+        assert_eq!(rt.timeout(), ms(200));
+        rt.back_off();
+        assert_eq!(rt.timeout(), ms(400));
+        for _ in 0..20 {
+            rt.back_off();
+        }
+        assert_eq!(rt.timeout(), ms(6400));
+        rt.sample(ms(10));
+        assert_eq!(rt.timeout(), ms(100));
+    }
+
+    #[test]
+    fn the_timeout_is_capped() {
+        let mut rt = RoundTrip::new(ms(100));
+        rt.sample(Duration::from_secs(50));
+        rt.back_off();
+        assert_eq!(rt.timeout(), CAP);
+    }
+}

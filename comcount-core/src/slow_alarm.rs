@@ -1,0 +1,173 @@
+//! Telling when the store's round trip stays above a safe share of the interval, and when it
+//! comes back under it: once each time the situation changes.
+//!
+//! Above half an interval, a participant can no longer aim a flush at every interval, and the
+//! group's total it learns grows old before it arrives. A copy still unanswered after half an
+//! interval is evidence as good as a slow reply, so a store that answers nothing at all is
+//! reported as well as one that answers late.
+
+use std::time::Duration;
+
+use crate::diagnostics::{Event, Reporter};
+
+#[derive(Debug)]
+pub(crate) struct SlowAlarm {
+    interval: Duration,
+    /// When the round trip was first seen above the threshold, since it was last seen fine.
+    since: Option<Duration>,
+    /// The longest round trip seen since then: a reply's, or an unanswered copy's age.
+    worst: Duration,
+    raised: bool,
+}
+
+impl SlowAlarm {
+    pub(crate) fn new(interval: Duration) -> Self {
+        Self {
+            interval,
+            since: None,
+            worst: Duration::ZERO,
+            raised: false,
+        }
+    }
+
+    /// Above this, the round trip is too slow for the interval.
+    fn threshold(&self) -> Duration {
+        self.interval / 2
+    }
+
+    /// How long the round trip must stay slow before it is reported.
+    fn patience(&self) -> Duration {
+        self.interval / 2
+    }
+
+    /// A copy sent at `sent` was answered at `now`.
+    pub(crate) fn answered(&mut self, sent: Duration, now: Duration, report: &Reporter) {
+        let round_trip = now.saturating_sub(sent);
+        if round_trip > self.threshold() {
+            self.evidence(sent, round_trip);
+            self.check(now, report);
+        } else if round_trip < self.interval * 3 / 8 {
+            // Well under the threshold, so that a round trip hovering at it does not flap.
+            if self.raised {
+                report.emit(Event::RoundTripNormal {
+                    round_trip,
+                    interval: self.interval,
+                });
+            }
+            self.raised = false;
+            self.since = None;
+            self.worst = Duration::ZERO;
+        }
+    }
+
+    /// A copy sent at `sent` is still unanswered at `now`.
+    pub(crate) fn waiting(&mut self, sent: Duration, now: Duration, report: &Reporter) {
+        let age = now.saturating_sub(sent);
+        if age > self.threshold() {
+            self.evidence(sent, age);
+        }
+        self.check(now, report);
+    }
+
+    /// When to call [`waiting`](SlowAlarm::waiting) next, for an unanswered copy sent at
+    /// `sent`; `None` while the alarm is raised.
+    pub(crate) fn next_check(&self, sent: Duration) -> Option<Duration> {
+        if self.raised {
+            return None;
+        }
+        Some(match self.since {
+            Some(since) => since + self.patience(),
+            None => sent + self.threshold() + Duration::from_millis(1),
+        })
+    }
+
+    fn evidence(&mut self, sent: Duration, round_trip: Duration) {
+        let began = sent + self.threshold();
+        self.since = Some(self.since.map_or(began, |since| since.min(began)));
+        self.worst = self.worst.max(round_trip);
+    }
+
+    fn check(&mut self, now: Duration, report: &Reporter) {
+        let Some(since) = self.since else { return };
+        if !self.raised && now.saturating_sub(since) >= self.patience() {
+            self.raised = true;
+            report.emit(Event::RoundTripSlow {
+                round_trip: self.worst,
+                interval: self.interval,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnostics::Recorder;
+    use std::sync::Arc;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn reporter() -> (Reporter, Recorder) {
+        let recorder = Recorder::new();
+        (Reporter::new("c", Arc::new(recorder.clone())), recorder)
+    }
+
+    #[test]
+    fn fast_replies_raise_nothing() {
+        let (report, recorder) = reporter();
+        let mut alarm = SlowAlarm::new(ms(100));
+        for i in 0..20 {
+            alarm.answered(ms(i * 100), ms(i * 100 + 40), &report);
+        }
+        assert!(recorder.records().is_empty());
+    }
+
+    #[test]
+    fn an_unanswered_copy_raises_it_within_an_interval_and_only_once() {
+        let (report, recorder) = reporter();
+        let mut alarm = SlowAlarm::new(ms(100));
+        assert_eq!(alarm.next_check(ms(0)), Some(ms(51)));
+        alarm.waiting(ms(0), ms(51), &report);
+        assert!(recorder.records().is_empty());
+        assert_eq!(alarm.next_check(ms(0)), Some(ms(100)));
+        alarm.waiting(ms(0), ms(100), &report);
+        let raised = recorder.with_message("round trip slow");
+        assert_eq!(raised.len(), 1);
+        assert_eq!(raised[0].attribute("round_trip"), Some("100"));
+        assert_eq!(raised[0].attribute("interval"), Some("100"));
+        alarm.answered(ms(0), ms(300), &report);
+        alarm.waiting(ms(300), ms(700), &report);
+        assert_eq!(alarm.next_check(ms(300)), None);
+        assert_eq!(recorder.records().len(), 1);
+    }
+
+    #[test]
+    fn a_single_slow_reply_is_not_reported() {
+        let (report, recorder) = reporter();
+        let mut alarm = SlowAlarm::new(ms(100));
+        alarm.answered(ms(0), ms(60), &report);
+        alarm.answered(ms(100), ms(110), &report);
+        alarm.answered(ms(200), ms(210), &report);
+        assert!(recorder.records().is_empty());
+    }
+
+    #[test]
+    fn recovery_is_reported_once_and_a_new_slowdown_again() {
+        let (report, recorder) = reporter();
+        let mut alarm = SlowAlarm::new(ms(100));
+        alarm.answered(ms(0), ms(150), &report);
+        alarm.answered(ms(150), ms(300), &report);
+        // Hovering just under the threshold changes nothing.
+        alarm.answered(ms(300), ms(345), &report);
+        alarm.answered(ms(400), ms(410), &report);
+        alarm.answered(ms(500), ms(510), &report);
+        alarm.answered(ms(600), ms(800), &report);
+        alarm.answered(ms(800), ms(1000), &report);
+        assert_eq!(
+            recorder.messages(),
+            ["round trip slow", "round trip normal", "round trip slow"]
+        );
+    }
+}
