@@ -29,8 +29,17 @@ fn ms(n: u64) -> Duration {
 
 #[derive(Clone, Debug)]
 enum Step {
-    Increment { participant: usize, amount: u64 },
-    Skew { by_ms: i64 },
+    Increment {
+        participant: usize,
+        amount: u64,
+    },
+    Skew {
+        by_ms: i64,
+    },
+    /// Closes a participant's counter, wherever its flush is: it keeps counting locally.
+    Close {
+        participant: usize,
+    },
 }
 
 fn fault() -> impl Strategy<Value = Fault> {
@@ -53,24 +62,32 @@ fn step() -> impl Strategy<Value = (u64, Step)> {
         12 => (0..MAX_PARTICIPANTS, 1..1_000u64)
             .prop_map(|(participant, amount)| Step::Increment { participant, amount }),
         1 => (-2 * i..i).prop_map(|by_ms| Step::Skew { by_ms }),
+        1 => (0..MAX_PARTICIPANTS * 4).prop_map(|participant| Step::Close { participant }),
     ];
     (0..INTERVAL_MS, kind)
 }
 
-/// Records each dropped flush: its sequence number (the participant's last send, as one
-/// flush is in the air at a time) and the amount dropped.
+/// Records each flush reported dropped and each reported unsettled: its sequence number (the
+/// participant's last send, as one flush is in the air at a time) and its amount.
 #[derive(Clone)]
 struct Drops {
     store: SimStore,
     participant: u64,
-    log: Arc<Mutex<Vec<(u64, u64)>>>,
+    dropped: Arc<Mutex<Vec<(u64, u64)>>>,
+    unsettled: Arc<Mutex<Vec<(u64, u64)>>>,
 }
 
 impl Diagnostics for Drops {
     fn record(&self, _counter: &str, event: &Event<'_>) {
-        if let Event::FlushFailed { dropped, .. } = event {
-            let seq = self.store.last_sent(self.participant).unwrap_or(0);
-            self.log.lock().unwrap().push((seq, *dropped));
+        let seq = || self.store.last_sent(self.participant).unwrap_or(0);
+        match event {
+            Event::FlushFailed { dropped, .. } => {
+                self.dropped.lock().unwrap().push((seq(), *dropped))
+            }
+            Event::FlushUnsettled { amount, .. } => {
+                self.unsettled.lock().unwrap().push((seq(), *amount))
+            }
+            _ => {}
         }
     }
 }
@@ -80,6 +97,8 @@ struct Participant {
     drops: Drops,
     id: u64,
     incremented: u64,
+    /// When the counter was closed, if it was.
+    closed_at: Option<Duration>,
 }
 
 struct World {
@@ -101,7 +120,8 @@ impl World {
                 let drops = Drops {
                     store: store.clone(),
                     participant: id,
-                    log: Arc::default(),
+                    dropped: Arc::default(),
+                    unsettled: Arc::default(),
                 };
                 let mut builder = Counter::builder("model", ms(INTERVAL_MS))
                     .participant(ParticipantId::from_u64(id))
@@ -116,6 +136,7 @@ impl World {
                     drops,
                     id,
                     incremented: 0,
+                    closed_at: None,
                 }
             })
             .collect();
@@ -146,11 +167,23 @@ impl World {
     }
 
     /// What the participant should take as the group's total now: the last total a reply
-    /// brought, unless two intervals have passed since.
+    /// brought, unless two intervals have passed since (plus the round trip of the copy that
+    /// brought it, up to three intervals), or the counter is closed.
     fn expected_group_total(&self, participant: &Participant) -> Option<u64> {
-        let (at, total) = self.store.last_reply(participant.id)?;
-        let fresh = self.clock.now() - at < ms(2 * INTERVAL_MS);
+        if participant.closed_at.is_some() {
+            return None;
+        }
+        let (at, total, round_trip) = self.store.last_reply(participant.id)?;
+        let fresh_for = ms(2 * INTERVAL_MS) + round_trip.min(ms(3 * INTERVAL_MS));
+        let fresh = self.clock.now() - at < fresh_for;
         total.filter(|_| fresh)
+    }
+
+    fn close(&mut self, index: usize) {
+        let now = self.clock.now();
+        let p = &mut self.participants[index];
+        p.counter.close();
+        p.closed_at.get_or_insert(now);
     }
 
     fn increment(&mut self, index: usize, amount: u64) -> Result<(), TestCaseError> {
@@ -209,26 +242,53 @@ impl World {
             *counted.entry(p).or_default() += app.request.amount;
         }
         for p in &self.participants {
-            let drops = p.drops.log.lock().unwrap().clone();
+            let drops = p.drops.dropped.lock().unwrap().clone();
+            for (seq, amount) in &drops {
+                prop_assert!(
+                    !applied_seqs.contains(&(p.id, *seq)),
+                    "participant {} reported flush {} dropped ({}), but it was counted",
+                    p.id,
+                    seq,
+                    amount
+                );
+            }
             let dropped: u64 = drops.iter().map(|(_, amount)| amount).sum();
-            // A flush dropped after its reply was lost may have been applied all the same: it
-            // is counted by the store and reported dropped, the one case the counter cannot
-            // tell.
-            let counted_and_dropped: u64 = drops
+            // An unsettled flush may or may not have been counted: whichever it was, its
+            // amount is accounted for once.
+            let unsettled = p.drops.unsettled.lock().unwrap().clone();
+            let unsettled_not_counted: u64 = unsettled
                 .iter()
-                .filter(|(seq, _)| applied_seqs.contains(&(p.id, *seq)))
+                .filter(|(seq, _)| !applied_seqs.contains(&(p.id, *seq)))
                 .map(|(_, amount)| amount)
                 .sum();
             let counted = counted.get(&p.id).copied().unwrap_or(0);
             prop_assert_eq!(
                 p.incremented,
-                counted + p.counter.buffered() + dropped - counted_and_dropped,
-                "participant {} lost or doubled units (counted {}, buffered {}, dropped {})",
+                counted + p.counter.buffered() + dropped + unsettled_not_counted,
+                "participant {} lost or doubled units (counted {}, buffered {}, dropped {}, \
+                 unsettled {:?})",
                 p.id,
                 counted,
                 p.counter.buffered(),
-                dropped
+                dropped,
+                unsettled
             );
+            if let Some(closed_at) = p.closed_at {
+                let late: Vec<_> = self
+                    .store
+                    .sends(p.id)
+                    .into_iter()
+                    .filter(|(at, _)| *at > closed_at)
+                    .collect();
+                prop_assert!(
+                    late.is_empty(),
+                    "participant {} closed at {:?} sent {:?} after",
+                    p.id,
+                    closed_at,
+                    late
+                );
+                prop_assert_eq!(p.counter.group_total(), None);
+            }
         }
         Ok(())
     }
@@ -250,6 +310,12 @@ fn run_schedule(
                 amount,
             } => world.increment(participant % participants, amount)?,
             Step::Skew { by_ms } => world.store.skew(by_ms),
+            Step::Close { participant } => {
+                // Most draws miss, so that most schedules keep most participants.
+                if participant < participants {
+                    world.close(participant);
+                }
+            }
         }
     }
     // Faults stop; everything in the air lands or gives up, and the buffers are flushed.

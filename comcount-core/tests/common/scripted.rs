@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use comcount_core::clock::Clock;
+use comcount_core::clock::Timer;
 use comcount_core::diagnostics::Reporter;
 use comcount_core::{FlushReply, FlushRequest, MemoryStore, Store, StoreError};
 
@@ -21,6 +21,8 @@ pub enum Action {
     Fail(fn() -> StoreError),
     /// Never answers.
     Hang,
+    /// Passes it to the memory store after this long, and answers then.
+    Delay(Duration),
 }
 
 #[derive(Clone)]
@@ -33,7 +35,7 @@ pub struct ScriptedStore<C> {
     requests: Arc<Mutex<Vec<FlushRequest>>>,
 }
 
-impl<C: Clock + Clone> ScriptedStore<C> {
+impl<C: Timer> ScriptedStore<C> {
     pub fn new(clock: C) -> Self {
         Self {
             memory: MemoryStore::with_clock(clock.clone()),
@@ -51,6 +53,11 @@ impl<C: Clock + Clone> ScriptedStore<C> {
         self
     }
 
+    /// Forgets the actions not yet taken: flushes pass from now on.
+    pub fn clear(&self) {
+        self.script.lock().unwrap().clear();
+    }
+
     pub fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
     }
@@ -65,7 +72,7 @@ impl<C: Clock + Clone> ScriptedStore<C> {
     }
 }
 
-impl<C: Clock + Clone> Store for ScriptedStore<C> {
+impl<C: Timer> Store for ScriptedStore<C> {
     fn name(&self) -> &str {
         "scripted"
     }
@@ -94,6 +101,16 @@ impl<C: Clock + Clone> Store for ScriptedStore<C> {
             Action::Reply(reply) => Box::pin(std::future::ready(Ok(reply))),
             Action::Fail(error) => Box::pin(std::future::ready(Err(error()))),
             Action::Hang => Box::pin(std::future::pending()),
+            Action::Delay(by) => {
+                let memory = self.memory.clone();
+                let request = request.clone();
+                let report = report.clone();
+                let sleep = self.clock.sleep(by);
+                Box::pin(async move {
+                    sleep.await;
+                    memory.flush(&request, &report).await
+                })
+            }
         };
         future
     }

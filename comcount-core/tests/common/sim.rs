@@ -80,8 +80,11 @@ struct Inner {
     replays: Vec<(Duration, FlushRequest)>,
     applications: Vec<Application>,
     failures: Vec<Failure>,
-    /// Per participant: when it last got a reply with a total, and that total.
-    last_reply: Vec<(u64, Duration, Option<u64>)>,
+    /// Per participant: when it last got a reply with a total, that total, and the round trip
+    /// of the copy that brought it.
+    last_reply: Vec<(u64, Duration, Option<u64>, Duration)>,
+    /// Every copy a participant sent itself: who, when, and its sequence number.
+    sends: Vec<(u64, Duration, u64)>,
     in_flight: usize,
     /// Per participant, the sequence number of its last own send.
     last_sent: std::collections::HashMap<u64, u64>,
@@ -144,14 +147,25 @@ impl SimStore {
         self.lock().in_flight
     }
 
-    /// What the participant last learned: when, and the total (`None` for no key).
-    pub fn last_reply(&self, participant: u64) -> Option<(Duration, Option<u64>)> {
+    /// What the participant last learned: when, the total (`None` for no key), and the round
+    /// trip of the copy that brought it.
+    pub fn last_reply(&self, participant: u64) -> Option<(Duration, Option<u64>, Duration)> {
         self.lock()
             .last_reply
             .iter()
             .rev()
-            .find(|(p, _, _)| *p == participant)
-            .map(|(_, at, total)| (*at, *total))
+            .find(|(p, ..)| *p == participant)
+            .map(|(_, at, total, round_trip)| (*at, *total, *round_trip))
+    }
+
+    /// When each copy the participant sent itself went out, with its sequence number.
+    pub fn sends(&self, participant: u64) -> Vec<(Duration, u64)> {
+        self.lock()
+            .sends
+            .iter()
+            .filter(|(p, ..)| *p == participant)
+            .map(|(_, at, seq)| (*at, *seq))
+            .collect()
     }
 
     /// When the next replay is due.
@@ -170,14 +184,15 @@ impl SimStore {
             inner.replays = later;
             due
         };
-        for (_, request) in due {
-            let _ = self.apply(&request, false, true);
+        for (at, request) in due {
+            let _ = self.apply(&request, at, false, true);
         }
     }
 
     fn apply(
         &self,
         request: &FlushRequest,
+        sent: Duration,
         delivered: bool,
         replay: bool,
     ) -> Result<FlushReply, StoreError> {
@@ -200,9 +215,12 @@ impl SimStore {
             && r.outcome != Outcome::WrongInterval
         {
             let now = self.clock.now();
-            inner
-                .last_reply
-                .push((request.participant.as_u64(), now, r.previous_total));
+            inner.last_reply.push((
+                request.participant.as_u64(),
+                now,
+                r.previous_total,
+                now - sent,
+            ));
         }
         reply
     }
@@ -221,18 +239,18 @@ impl SimStore {
         self.lock().replays.push((at, request.clone()));
     }
 
-    async fn run(&self, request: FlushRequest) -> Result<FlushReply, StoreError> {
+    async fn run(&self, request: FlushRequest, sent: Duration) -> Result<FlushReply, StoreError> {
         let fault = self.lock().faults.pop_front().unwrap_or(Fault::None);
         match fault {
-            Fault::None => self.apply(&request, true, false),
+            Fault::None => self.apply(&request, sent, true, false),
             Fault::ReplyLostAfter => {
-                self.apply(&request, false, false).ok();
+                self.apply(&request, sent, false, false).ok();
                 Err(self.fail(&request))
             }
             Fault::LostBefore => Err(self.fail(&request)),
             Fault::Delay(by) => {
                 self.clock.sleep(by).await;
-                self.apply(&request, true, false)
+                self.apply(&request, sent, true, false)
             }
             Fault::Hang(by) => {
                 self.clock.sleep(by).await;
@@ -241,10 +259,10 @@ impl SimStore {
             Fault::Replayed { after, reply_lost } => {
                 self.replay_later(&request, after);
                 if reply_lost {
-                    self.apply(&request, false, false).ok();
+                    self.apply(&request, sent, false, false).ok();
                     Err(self.fail(&request))
                 } else {
-                    self.apply(&request, true, false)
+                    self.apply(&request, sent, true, false)
                 }
             }
             Fault::LostThenReplayed { after } => {
@@ -267,12 +285,16 @@ impl Store for SimStore {
     ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
         let this = self.clone();
         let request = request.clone();
-        self.lock()
-            .last_sent
-            .insert(request.participant.as_u64(), request.seq);
+        let sent = self.clock.now();
+        {
+            let mut inner = self.lock();
+            let participant = request.participant.as_u64();
+            inner.last_sent.insert(participant, request.seq);
+            inner.sends.push((participant, sent, request.seq));
+        }
         let future: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(async move {
             let _in_flight = InFlight::new(&this);
-            this.run(request).await
+            this.run(request, sent).await
         });
         future
     }

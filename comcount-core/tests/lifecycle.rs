@@ -1,0 +1,188 @@
+//! A counter's life at its edges, on virtual time: closed at the worst moment, its worker
+//! dropped or panicking, and built again under a fixed participant id after a restart.
+#![allow(clippy::unwrap_used)] // a panic is how a test fails
+
+mod common;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use comcount_core::clock::{Clock, TokioTimer, VirtualClock};
+use comcount_core::diagnostics::{Recorder, Reporter};
+use comcount_core::{
+    Counter, FlushReply, FlushRequest, MemoryStore, ParticipantId, Store, StoreError,
+};
+use common::scripted::ScriptedStore;
+use futures::executor::LocalPool;
+use futures::task::LocalSpawnExt;
+
+const INTERVAL: Duration = Duration::from_secs(1);
+
+/// Runs the pool and the clock until nothing is due before `until`.
+fn run_until(pool: &mut LocalPool, clock: &VirtualClock, until: Duration) {
+    loop {
+        pool.run_until_stalled();
+        match clock.next_wake() {
+            Some(at) if at <= until => clock.advance_to(at),
+            _ => {
+                clock.advance_to(until);
+                pool.run_until_stalled();
+                return;
+            }
+        }
+    }
+}
+
+#[test]
+fn closing_as_the_pause_ends_sends_nothing() {
+    let clock = VirtualClock::new();
+    let store = ScriptedStore::new(clock.clone());
+    let mut pool = LocalPool::new();
+    let (counter, worker) = Counter::builder("edge", INTERVAL)
+        .diagnostics(Recorder::new())
+        .build(store.clone(), clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    counter.increment(1);
+    run_until(&mut pool, &clock, INTERVAL * 3);
+    let sent = store.calls();
+    assert!(sent >= 2, "the counter flushed {sent} times");
+    counter.increment(5);
+    // The pause ends: the worker is woken, but has not run yet when close lands.
+    let wake = clock.next_wake().unwrap();
+    clock.advance_to(wake);
+    counter.close();
+    pool.run_until_stalled();
+    assert_eq!(store.calls(), sent, "a flush went out after close returned");
+    assert_eq!(counter.buffered(), 5, "the buffer was taken after close");
+}
+
+#[test]
+fn dropping_the_worker_forgets_the_total() {
+    let clock = VirtualClock::new();
+    let store = MemoryStore::with_clock(clock.clone());
+    let mut pool = LocalPool::new();
+    let (counter, worker) = Counter::builder("dropped", INTERVAL)
+        .diagnostics(Recorder::new())
+        .build(store, clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    for n in 1..=3 {
+        counter.increment(10_000);
+        run_until(&mut pool, &clock, INTERVAL * n);
+    }
+    assert_eq!(counter.group_total(), Some(10_000));
+    // The runtime goes away with the worker on it.
+    drop(pool);
+    assert_eq!(counter.group_total(), None);
+    assert_eq!(counter.increment(1), 1);
+}
+
+/// A store that answers from memory until told to panic.
+#[derive(Clone)]
+struct Panicking {
+    memory: MemoryStore<TokioTimer>,
+    panic: Arc<AtomicBool>,
+}
+
+impl Store for Panicking {
+    fn name(&self) -> &str {
+        "panicking"
+    }
+
+    fn flush(
+        &self,
+        request: &FlushRequest,
+        report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        assert!(!self.panic.load(Ordering::SeqCst), "a store's bug");
+        self.memory.flush(request, report)
+    }
+}
+
+#[test]
+fn a_worker_that_panics_forgets_the_total() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = Panicking {
+            memory: MemoryStore::with_clock(TokioTimer::new()),
+            panic: Arc::default(),
+        };
+        let (counter, worker) = Counter::builder("panics", INTERVAL)
+            .diagnostics(Recorder::new())
+            .build(store.clone(), TokioTimer::new())
+            .unwrap();
+        let task = tokio::spawn(worker);
+        for _ in 0..3 {
+            counter.increment(3);
+            tokio::time::sleep(INTERVAL).await;
+        }
+        assert_eq!(counter.group_total(), Some(3));
+        store.panic.store(true, Ordering::SeqCst);
+        let ended = task.await;
+        assert!(ended.unwrap_err().is_panic());
+        assert_eq!(counter.group_total(), None);
+    });
+}
+
+#[test]
+fn a_restarted_participant_with_a_fixed_id_is_applied_first_time() {
+    let clock = VirtualClock::starting_at(Duration::from_secs(1_000));
+    let store = ScriptedStore::new(clock.clone());
+    let id = ParticipantId::from_u64(7);
+    let mut pool = LocalPool::new();
+    let (before, worker) = Counter::builder("pod", INTERVAL)
+        .participant(id)
+        .diagnostics(Recorder::new())
+        .build(store.clone(), clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    for _ in 0..5 {
+        before.increment(1);
+        let until = clock.now() + INTERVAL;
+        run_until(&mut pool, &clock, until);
+    }
+    before.close();
+    pool.run_until_stalled();
+    let last_seq = store.requests().last().unwrap().seq;
+    // A restart takes at least a few milliseconds of wall-clock time.
+    std::thread::sleep(Duration::from_millis(5));
+
+    let events = Recorder::new();
+    let (after, worker) = Counter::builder("pod", INTERVAL)
+        .participant(id)
+        .diagnostics(events.clone())
+        .build(store.clone(), clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    let first_new = store.requests().len();
+    after.increment(3);
+    let until = clock.now() + INTERVAL * 3;
+    run_until(&mut pool, &clock, until);
+    let requests = store.requests();
+    let first = &requests[first_new];
+    assert!(
+        first.seq > last_seq,
+        "the restarted participant numbers its flushes from {} after {}",
+        first.seq,
+        last_seq
+    );
+    let completed = events.with_message("flush completed");
+    assert!(!completed.is_empty(), "{:?}", events.messages());
+    assert_eq!(completed[0].attribute("amount"), Some("3"));
+    assert!(
+        requests[first_new..]
+            .iter()
+            .take_while(|r| r.amount == 3)
+            .all(|r| r.seq == first.seq),
+        "the first flush was not the one applied"
+    );
+    assert!(events.with_message("flush failed").is_empty());
+    assert!(events.with_message("flush unsettled").is_empty());
+}
