@@ -102,7 +102,7 @@ mod tests {
             interval,
             phase: Duration::from_millis(phase_ms),
             previous_total: None,
-            counted_in: None,
+            counted_in: Some(interval),
         }
     }
 

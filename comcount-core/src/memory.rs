@@ -128,10 +128,12 @@ impl<C: Clock> MemoryStore<C> {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The protocol's steps, every check before the first write.
+    /// The protocol's steps, as the flush script takes them: every check before the first
+    /// write.
     fn run(&self, request: &FlushRequest) -> Result<FlushReply, StoreError> {
+        request.check()?;
         let now = self.clock.now();
-        let interval_ms = request.interval_ms.max(1);
+        let interval_ms = request.interval_ms;
         let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
         let n = now_ms / interval_ms;
         let phase = Duration::from_millis(now_ms % interval_ms);
@@ -150,7 +152,7 @@ impl<C: Clock> MemoryStore<C> {
         }
         let live = |key: &str| state.values.get(key).filter(|e| e.expires_at > now);
 
-        if n != request.expect {
+        if !request.window().contains(&n) {
             return Ok(reply(Outcome::WrongInterval, None, None));
         }
         let previous_total = match n.checked_sub(1).map(|p| request.interval_key(p)) {
@@ -175,7 +177,7 @@ impl<C: Clock> MemoryStore<C> {
             Some(Value::Total(_)) => return Err(wrong_type(&fence_key)),
             _ => {}
         }
-        let key = request.expected_key();
+        let key = request.interval_key(n);
         let before = match live(&key).map(|e| e.value) {
             Some(Value::Total(total)) => total,
             Some(Value::Fence { .. }) => return Err(wrong_type(&key)),
@@ -231,5 +233,181 @@ impl<C: Clock> Store for MemoryStore<C> {
 impl<C> fmt::Debug for MemoryStore<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryStore").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StoreErrorKind;
+    use crate::clock::VirtualClock;
+    use crate::store::ParticipantId;
+
+    const INTERVAL_MS: u64 = 1_000;
+
+    /// A store whose clock is 400 ms into interval `n`.
+    fn store_in(n: u64) -> MemoryStore<VirtualClock> {
+        let at = Duration::from_millis(n * INTERVAL_MS + 400);
+        MemoryStore::with_clock(VirtualClock::starting_at(at))
+    }
+
+    fn request(participant: u64, seq: u64, amount: u64, expect: u64) -> FlushRequest {
+        FlushRequest {
+            key_base: "{m}".into(),
+            participant: ParticipantId::from_u64(participant),
+            seq,
+            amount,
+            interval_ms: INTERVAL_MS,
+            expect,
+            fence_ttl_ms: 600_000,
+        }
+    }
+
+    fn key(n: u64) -> String {
+        format!("{{m}}:{n}")
+    }
+
+    #[test]
+    fn a_copy_landing_one_interval_late_is_applied_in_the_servers_interval() {
+        let store = store_in(10);
+        store.run(&request(1, 1, 4, 9)).unwrap();
+        let reply = store.run(&request(2, 1, 5, 9)).unwrap();
+        assert_eq!(reply.outcome, Outcome::Applied);
+        assert_eq!(reply.interval, 10);
+        assert_eq!(reply.counted_in, Some(10));
+        assert_eq!(reply.previous_total, None);
+        assert_eq!(store.total(&key(10)), Some(9));
+        assert_eq!(store.total(&key(9)), None);
+        assert_eq!(store.fence(&request(2, 1, 5, 9).fence_key()), Some((1, 10)));
+    }
+
+    #[test]
+    fn a_copy_landing_one_interval_early_is_applied_in_the_servers_interval() {
+        let store = store_in(10);
+        let earlier = store_in(9);
+        earlier.run(&request(1, 1, 3, 9)).unwrap();
+        // The same map, a clock one interval later: interval 9 holds 3.
+        let store = MemoryStore {
+            clock: store.clock,
+            state: earlier.state,
+        };
+        let reply = store.run(&request(2, 1, 5, 11)).unwrap();
+        assert_eq!(reply.outcome, Outcome::Applied);
+        assert_eq!(reply.interval, 10);
+        assert_eq!(reply.counted_in, Some(10));
+        assert_eq!(reply.previous_total, Some(3));
+        assert_eq!(store.total(&key(10)), Some(5));
+        assert_eq!(store.total(&key(11)), None);
+    }
+
+    #[test]
+    fn two_intervals_off_is_a_wrong_interval_that_writes_nothing() {
+        let store = store_in(10);
+        for expect in [0, 7, 8, 12, 13, 1 << 40] {
+            let reply = store.run(&request(1, 1, 5, expect)).unwrap();
+            assert_eq!(reply.outcome, Outcome::WrongInterval, "expect {expect}");
+            assert_eq!(reply.interval, 10);
+            assert_eq!(reply.counted_in, None);
+            assert!(
+                store.keys().is_empty(),
+                "expect {expect}: {:?}",
+                store.keys()
+            );
+        }
+    }
+
+    #[test]
+    fn the_first_interval_has_no_interval_before() {
+        let store = store_in(0);
+        let reply = store.run(&request(1, 1, 5, 1)).unwrap();
+        assert_eq!(reply.outcome, Outcome::Applied);
+        assert_eq!(reply.counted_in, Some(0));
+        assert_eq!(reply.previous_total, None);
+        assert_eq!(store.total(&key(0)), Some(5));
+    }
+
+    #[test]
+    fn a_duplicate_reports_the_interval_the_flush_was_applied_in() {
+        let store = store_in(10);
+        assert_eq!(
+            store.run(&request(1, 1, 5, 11)).unwrap().counted_in,
+            Some(10)
+        );
+        store.clock.advance(Duration::from_millis(INTERVAL_MS));
+        let reply = store.run(&request(1, 1, 5, 11)).unwrap();
+        assert_eq!(reply.outcome, Outcome::Duplicate);
+        assert_eq!(reply.interval, 11);
+        assert_eq!(reply.counted_in, Some(10));
+        assert_eq!(reply.previous_total, Some(5));
+        assert_eq!(store.total(&key(11)), None);
+    }
+
+    #[test]
+    fn the_fence_still_holds_across_the_window() {
+        let store = store_in(10);
+        store.run(&request(1, 1, 5, 9)).unwrap();
+        // A later flush aimed at interval 11 lands in 10, where the participant added already.
+        let reply = store.run(&request(1, 2, 7, 11)).unwrap();
+        assert_eq!(reply.outcome, Outcome::Fenced);
+        assert_eq!(reply.counted_in, None);
+        let reply = store.run(&request(1, 1, 5, 11)).unwrap();
+        assert_eq!(reply.outcome, Outcome::Duplicate);
+        assert_eq!(store.total(&key(10)), Some(5));
+    }
+
+    #[test]
+    fn an_empty_flush_is_applied_and_brings_back_the_total() {
+        let store = store_in(10);
+        let reply = store.run(&request(1, 1, 0, 10)).unwrap();
+        assert_eq!(reply.outcome, Outcome::Applied);
+        assert_eq!(store.total(&key(10)), Some(0));
+    }
+
+    #[test]
+    fn each_argument_out_of_range_is_refused_and_writes_nothing() {
+        let store = store_in(10);
+        store.run(&request(1, 1, 5, 10)).unwrap();
+        let keys = store.keys();
+        let fence = store.fence(&request(1, 1, 5, 10).fence_key());
+        type Spoil = fn(&mut FlushRequest);
+        let bad: [(&str, Spoil); 8] = [
+            ("seq", |r| r.seq = 0),
+            ("seq", |r| r.seq = 1 << 53),
+            ("amount", |r| r.amount = i64::MAX as u64 + 1),
+            ("interval_ms", |r| r.interval_ms = 0),
+            ("interval_ms", |r| r.interval_ms = (1 << 53) / 3 + 1),
+            ("expect", |r| r.expect = 1 << 53),
+            ("fence_ttl_ms", |r| r.fence_ttl_ms = 0),
+            ("fence_ttl_ms", |r| r.fence_ttl_ms = 1 << 53),
+        ];
+        for (field, spoil) in bad {
+            for participant in [1, 2] {
+                let mut request = request(participant, 2, 3, 10);
+                spoil(&mut request);
+                let error = store.run(&request).unwrap_err();
+                assert_eq!(error.kind(), StoreErrorKind::Refused, "{field}");
+                assert!(error.to_string().contains(field), "{field}: {error}");
+                assert_eq!(store.keys(), keys, "{field} wrote");
+                assert_eq!(store.total(&key(10)), Some(5), "{field} wrote");
+                assert_eq!(
+                    store.fence(&request.fence_key()).is_some(),
+                    participant == 1
+                );
+            }
+        }
+        assert_eq!(store.fence(&request(1, 1, 5, 10).fence_key()), fence);
+    }
+
+    #[test]
+    fn the_largest_arguments_in_range_are_accepted() {
+        let store = store_in(10);
+        let mut largest = request(1, FlushRequest::MAX_SEQ, i64::MAX as u64, 10);
+        largest.fence_ttl_ms = FlushRequest::MAX_FENCE_TTL_MS;
+        assert_eq!(store.run(&largest).unwrap().outcome, Outcome::Applied);
+        let mut longest = request(2, 1, 0, 0);
+        longest.interval_ms = FlushRequest::MAX_INTERVAL_MS;
+        assert_eq!(store.run(&longest).unwrap().outcome, Outcome::Applied);
+        let far = request(3, 1, 0, FlushRequest::MAX_EXPECT);
+        assert_eq!(store.run(&far).unwrap().outcome, Outcome::WrongInterval);
     }
 }

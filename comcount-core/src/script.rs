@@ -1,10 +1,15 @@
 //! The flush protocol as a Redis Lua script, shared by every Redis store, and the reading of
 //! its reply.
 //!
-//! The script takes the keys of [`FlushRequest::keys`] and the arguments of [`arguments`], and
-//! answers with four fields: the outcome code, the interval number, the phase in milliseconds,
-//! and the previous interval's total (nil where there is none). A store turns the fields it got
-//! from its client into [`Field`]s and hands them to [`decode`].
+//! The script takes the five keys of [`FlushRequest::keys`] and the five arguments of
+//! [`arguments`], and answers with five fields: the outcome code, the server's interval number,
+//! its phase in milliseconds, the previous interval's total, and the interval the flush is counted
+//! in (each of the last two nil where there is none). A store turns the fields it got from its
+//! client into [`Field`]s and hands them to [`decode`].
+//!
+//! The script checks its keys and arguments before anything else, against the ranges of
+//! [`FlushRequest::check`]; what it refuses it answers with an error reply that starts with
+//! `ERR comcount:`, having written nothing.
 
 use std::time::Duration;
 
@@ -44,9 +49,9 @@ pub enum Field<'a> {
 /// A [`StoreError`] of kind [`Malformed`](crate::StoreErrorKind::Malformed) when the reply is not
 /// the script's.
 pub fn decode(fields: &[Field<'_>]) -> Result<FlushReply, StoreError> {
-    let [code, interval, phase, previous] = fields else {
+    let [code, interval, phase, previous, counted_in] = fields else {
         return Err(malformed(format!(
-            "expected 4 fields, got {}",
+            "expected 5 fields, got {}",
             fields.len()
         )));
     };
@@ -58,17 +63,32 @@ pub fn decode(fields: &[Field<'_>]) -> Result<FlushReply, StoreError> {
         4 => Outcome::WrongInterval,
         other => return Err(malformed(format!("unknown outcome code {other}"))),
     };
-    let previous_total = match previous {
-        Field::Nil => None,
-        other => Some(int(other)?),
+    let interval = int(interval)?;
+    let counted_in = optional(counted_in)?;
+    let consistent = match outcome {
+        Outcome::Applied => counted_in == Some(interval),
+        Outcome::Duplicate => counted_in.is_some(),
+        _ => counted_in.is_none(),
     };
+    if !consistent {
+        return Err(malformed(format!(
+            "outcome {outcome:?} in interval {interval} with counted_in {counted_in:?}"
+        )));
+    }
     Ok(FlushReply {
         outcome,
-        interval: int(interval)?,
+        interval,
         phase: Duration::from_millis(int(phase)?),
-        previous_total,
-        counted_in: None,
+        previous_total: optional(previous)?,
+        counted_in,
     })
+}
+
+fn optional(field: &Field<'_>) -> Result<Option<u64>, StoreError> {
+    match field {
+        Field::Nil => Ok(None),
+        other => int(other).map(Some),
+    }
 }
 
 fn int(field: &Field<'_>) -> Result<u64, StoreError> {
@@ -103,39 +123,92 @@ mod tests {
             Field::Int(42),
             Field::Int(17),
             Field::Bytes(b"9"),
+            Field::Int(42),
         ])
         .unwrap();
         assert_eq!(reply.outcome, Outcome::Applied);
         assert_eq!(reply.interval, 42);
         assert_eq!(reply.phase, Duration::from_millis(17));
         assert_eq!(reply.previous_total, Some(9));
+        assert_eq!(reply.counted_in, Some(42));
         for (code, outcome) in [
-            (1, Outcome::Duplicate),
             (2, Outcome::Stale),
             (3, Outcome::Fenced),
             (4, Outcome::WrongInterval),
         ] {
-            let reply =
-                decode(&[Field::Int(code), Field::Int(1), Field::Int(0), Field::Nil]).unwrap();
+            let reply = decode(&[
+                Field::Int(code),
+                Field::Int(1),
+                Field::Int(0),
+                Field::Nil,
+                Field::Nil,
+            ])
+            .unwrap();
             assert_eq!(reply.outcome, outcome);
             assert_eq!(reply.previous_total, None);
+            assert_eq!(reply.counted_in, None);
         }
     }
 
     #[test]
+    fn a_duplicate_reports_the_interval_its_earlier_copy_counted_in() {
+        let reply = decode(&[
+            Field::Int(1),
+            Field::Int(8),
+            Field::Int(0),
+            Field::Nil,
+            Field::Bytes(b"7"),
+        ])
+        .unwrap();
+        assert_eq!(reply.outcome, Outcome::Duplicate);
+        assert_eq!(reply.interval, 8);
+        assert_eq!(reply.counted_in, Some(7));
+    }
+
+    #[test]
     fn refuses_what_the_script_never_sends() {
-        assert!(decode(&[Field::Int(0)]).is_err());
-        assert!(decode(&[Field::Int(9), Field::Int(1), Field::Int(0), Field::Nil]).is_err());
-        assert!(decode(&[Field::Int(0), Field::Int(-1), Field::Int(0), Field::Nil]).is_err());
-        assert!(
-            decode(&[
+        let nil = Field::Nil;
+        let refused: [&[Field<'_>]; 9] = [
+            &[Field::Int(0)],
+            // The four fields of the old script.
+            &[Field::Int(4), Field::Int(1), Field::Int(0), nil],
+            &[Field::Int(9), Field::Int(1), Field::Int(0), nil, nil],
+            &[
+                Field::Int(0),
+                Field::Int(-1),
+                Field::Int(0),
+                nil,
+                Field::Int(-1),
+            ],
+            &[
                 Field::Int(0),
                 Field::Int(1),
                 Field::Int(0),
-                Field::Bytes(b"x")
-            ])
-            .is_err()
-        );
+                Field::Bytes(b"x"),
+                Field::Int(1),
+            ],
+            // Applied elsewhere than in the server's interval, or nowhere.
+            &[
+                Field::Int(0),
+                Field::Int(1),
+                Field::Int(0),
+                nil,
+                Field::Int(2),
+            ],
+            &[Field::Int(0), Field::Int(1), Field::Int(0), nil, nil],
+            // A duplicate that does not say where, and a refusal that claims to count.
+            &[Field::Int(1), Field::Int(1), Field::Int(0), nil, nil],
+            &[
+                Field::Int(3),
+                Field::Int(1),
+                Field::Int(0),
+                nil,
+                Field::Int(1),
+            ],
+        ];
+        for fields in refused {
+            assert!(decode(fields).is_err(), "{fields:?}");
+        }
     }
 
     #[test]
@@ -150,6 +223,51 @@ mod tests {
             fence_ttl_ms: 6,
         };
         assert_eq!(arguments(&request), ["2", "3", "4", "5", "6"]);
-        assert_eq!(request.keys(), ["{c}:5", "{c}:4", "{c}:f:0000000000000001"]);
+        assert_eq!(
+            request.keys(),
+            ["{c}:3", "{c}:4", "{c}:5", "{c}:6", "{c}:f:0000000000000001"]
+        );
+        assert_eq!(request.window(), 4..=6);
+    }
+
+    #[test]
+    fn keys_of_the_first_intervals_stop_at_zero() {
+        let request = |expect| FlushRequest {
+            key_base: "{c}".into(),
+            participant: crate::ParticipantId::from_u64(1),
+            seq: 1,
+            amount: 1,
+            interval_ms: 1,
+            expect,
+            fence_ttl_ms: 1,
+        };
+        let fence = "{c}:f:0000000000000001";
+        assert_eq!(
+            request(0).keys(),
+            ["{c}:0", "{c}:0", "{c}:0", "{c}:1", fence]
+        );
+        assert_eq!(
+            request(1).keys(),
+            ["{c}:0", "{c}:0", "{c}:1", "{c}:2", fence]
+        );
+        assert_eq!(request(0).window(), 0..=1);
+    }
+
+    #[test]
+    fn the_script_checks_the_ranges_the_rust_side_documents() {
+        for (limit, text) in [
+            (FlushRequest::MAX_SEQ, "'9007199254740991'"),
+            (FlushRequest::MAX_AMOUNT, "'9223372036854775807'"),
+            (FlushRequest::MAX_INTERVAL_MS, "'3002399751580330'"),
+            (FlushRequest::MAX_EXPECT, "'9007199254740991'"),
+            (FlushRequest::MAX_FENCE_TTL_MS, "'9007199254740991'"),
+        ] {
+            assert_eq!(format!("'{limit}'"), text);
+            assert!(SOURCE.contains(text), "the script does not check {text}");
+        }
+        assert_eq!(FlushRequest::MAX_INTERVAL_MS * 3, (1 << 53) - 2);
+        for line in SOURCE.lines().filter(|l| l.contains("error_reply(")) {
+            assert!(line.contains("error_reply('ERR comcount: "), "{line}");
+        }
     }
 }

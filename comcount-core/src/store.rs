@@ -2,11 +2,13 @@
 //!
 //! A [`Store`] runs one flush at a time for a counter, as laid down by the flush protocol: it adds
 //! the amount to the running total of the interval the store's own clock is in, at most once per
-//! participant and interval, and answers with the total of the interval before. Every check comes
-//! before the first write, so a refused flush leaves the store as it was.
+//! participant and interval, provided that interval is within one of the one the flush expects,
+//! and answers with the total of the interval before. Every check comes before the first write,
+//! so a refused flush leaves the store as it was.
 
 use std::fmt;
 use std::future::Future;
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,17 +73,35 @@ pub struct FlushRequest {
 }
 
 impl FlushRequest {
+    /// The largest sequence number a store accepts: 2^53 - 1, the last integer the flush
+    /// script's Lua numbers hold exactly.
+    pub const MAX_SEQ: u64 = (1 << 53) - 1;
+    /// The largest amount a store accepts: `i64::MAX`, the most a Redis integer holds.
+    pub const MAX_AMOUNT: u64 = i64::MAX as u64;
+    /// The longest interval a store accepts, in milliseconds: ⌊2^53 / 3⌋, so that the three
+    /// intervals an interval key lives stay exact in Lua.
+    pub const MAX_INTERVAL_MS: u64 = (1 << 53) / 3;
+    /// The largest interval number a flush may expect: 2^53 - 1.
+    pub const MAX_EXPECT: u64 = (1 << 53) - 1;
+    /// The longest fence life a store accepts, in milliseconds: 2^53 - 1.
+    pub const MAX_FENCE_TTL_MS: u64 = (1 << 53) - 1;
+
     /// The key of interval `n`: `prefix{name}:n`.
     pub fn interval_key(&self, n: u64) -> String {
         format!("{}:{n}", self.key_base)
     }
 
-    /// The key of the interval the flush expects to land in.
+    /// The key of the interval the flush expects to land in, `expect`: the third of
+    /// [`keys`](Self::keys).
+    ///
+    /// It is where the flush lands when the store's clock agrees with the participant's; a copy
+    /// may also land in the interval before or after it (see [`window`](Self::window)).
     pub fn expected_key(&self) -> String {
         self.interval_key(self.expect)
     }
 
-    /// The key of the interval before the expected one, whose total the reply carries.
+    /// The key of the interval before the expected one, `expect - 1`: the second of
+    /// [`keys`](Self::keys), whose total the reply carries when the flush lands in `expect`.
     ///
     /// For `expect == 0` there is no interval before; the key then names interval 0 again.
     pub fn previous_key(&self) -> String {
@@ -93,9 +113,55 @@ impl FlushRequest {
         format!("{}:f:{}", self.key_base, self.participant)
     }
 
-    /// The three keys a flush touches, in the order the flush script declares them.
-    pub fn keys(&self) -> [String; 3] {
-        [self.expected_key(), self.previous_key(), self.fence_key()]
+    /// The intervals a copy of this flush may land in: `expect - 1 ..= expect + 1` (from 0 when
+    /// `expect` is 0). In any other interval the store answers [`Outcome::WrongInterval`].
+    pub fn window(&self) -> RangeInclusive<u64> {
+        self.expect.saturating_sub(1)..=self.expect.saturating_add(1)
+    }
+
+    /// The five keys a flush may touch, in the order the flush script declares them: the keys
+    /// of intervals `expect - 2`, `expect - 1`, `expect` and `expect + 1`, then the fence key.
+    ///
+    /// The interval numbers stop at 0, so for `expect` below 2 the first keys name interval 0
+    /// more than once. A flush landing in interval `n` of the [`window`](Self::window) writes
+    /// the key of `n` and reads the one before it for the previous interval's total.
+    pub fn keys(&self) -> [String; 5] {
+        let at = |back: u64| self.interval_key(self.expect.saturating_sub(back));
+        [
+            at(2),
+            at(1),
+            at(0),
+            self.interval_key(self.expect.saturating_add(1)),
+            self.fence_key(),
+        ]
+    }
+
+    /// Checks every field against the ranges the flush protocol accepts, which every store
+    /// checks before its first write: `seq` in `1..=MAX_SEQ`, `amount` at most `MAX_AMOUNT`,
+    /// `interval_ms` in `1..=MAX_INTERVAL_MS`, `expect` at most `MAX_EXPECT`, and
+    /// `fence_ttl_ms` in `1..=MAX_FENCE_TTL_MS`.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] of kind [`Refused`](crate::StoreErrorKind::Refused) naming the first
+    /// field out of range.
+    pub fn check(&self) -> Result<(), StoreError> {
+        let fields = [
+            ("seq", self.seq, 1, Self::MAX_SEQ),
+            ("amount", self.amount, 0, Self::MAX_AMOUNT),
+            ("interval_ms", self.interval_ms, 1, Self::MAX_INTERVAL_MS),
+            ("expect", self.expect, 0, Self::MAX_EXPECT),
+            ("fence_ttl_ms", self.fence_ttl_ms, 1, Self::MAX_FENCE_TTL_MS),
+        ];
+        for (name, value, min, max) in fields {
+            if !(min..=max).contains(&value) {
+                return Err(StoreError::refused(format!(
+                    "flush field {name} is {value}, outside {min}..={max}: build flush \
+                     requests within the protocol's ranges"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The interval length as a [`Duration`].
@@ -107,17 +173,20 @@ impl FlushRequest {
 /// What the store did with a flush.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Outcome {
-    /// Added to the expected interval; the participant's fence now holds this flush.
+    /// Added to the interval the store's clock is in, which is within one of the expected
+    /// interval; the participant's fence now holds this flush.
     Applied,
     /// This very flush (same sequence number) was applied before; nothing was written again.
+    /// The reply's [`counted_in`](FlushReply::counted_in) says in which interval.
     Duplicate,
     /// A later flush of this participant was applied already; this older copy was ignored.
     Stale,
     /// The participant already added to this interval; nothing was written and the amount was
     /// certainly not counted.
     Fenced,
-    /// The store's clock is not in the expected interval; nothing was written. The reply's
-    /// interval and phase say where it is.
+    /// The store's clock is more than one interval away from the expected one (outside
+    /// [`FlushRequest::window`]); nothing was written. The reply's interval and phase say where
+    /// it is.
     WrongInterval,
 }
 
@@ -142,8 +211,9 @@ pub struct FlushReply {
     /// With [`Outcome::WrongInterval`] the store may not have read that key and this is `None`;
     /// a counter does not take it as the group's number then.
     pub previous_total: Option<u64>,
-    /// The interval the flush is counted in: `interval` for [`Outcome::Applied`], the interval
-    /// the earlier copy was applied in for [`Outcome::Duplicate`], `None` otherwise.
+    /// The interval the flush's amount is counted in: `interval` for [`Outcome::Applied`], the
+    /// interval the earlier copy was applied in for [`Outcome::Duplicate`], and `None` for every
+    /// other outcome.
     pub counted_in: Option<u64>,
 }
 
@@ -155,10 +225,16 @@ pub struct FlushReply {
 ///
 /// # Contract
 ///
+/// - A flush lands in the interval `n` the store's clock is in when `n` is within
+///   [`FlushRequest::window`] (one interval either side of `expect`); elsewhere it is
+///   [`Outcome::WrongInterval`]. The fence decides as in [`Outcome`], against `n`.
 /// - A refused flush ([`Outcome::Duplicate`], [`Outcome::Stale`], [`Outcome::Fenced`],
 ///   [`Outcome::WrongInterval`]) changes nothing in the store.
-/// - An `Err` of kind [`Refused`](crate::StoreErrorKind::Refused) means nothing was written; any
-///   other error leaves it unknown whether the flush was applied.
+/// - A request outside the ranges of [`FlushRequest::check`] is an `Err` of kind
+///   [`Refused`](crate::StoreErrorKind::Refused).
+/// - An `Err` of kind [`Refused`](crate::StoreErrorKind::Refused) or
+///   [`Unavailable`](crate::StoreErrorKind::Unavailable) means nothing was written; any other
+///   error leaves it unknown whether the flush was applied.
 /// - Key names and expiry follow [`FlushRequest::keys`]: the interval key expires three intervals
 ///   after each write, the fence after [`FlushRequest::fence_ttl_ms`].
 pub trait Store: Send + Sync + 'static {

@@ -229,13 +229,15 @@ impl World {
                 p,
                 reply.interval
             );
-            prop_assert_eq!(reply.interval, app.request.expect);
-            let sum = sums.entry(app.request.expected_key()).or_default();
+            prop_assert!(app.request.window().contains(&reply.interval));
+            prop_assert_eq!(reply.counted_in, Some(reply.interval));
+            let key = app.request.interval_key(reply.interval);
+            let sum = sums.entry(key.clone()).or_default();
             *sum += app.request.amount;
             prop_assert!(
                 app.total_after.unwrap_or(0) <= *sum,
                 "interval key {} holds {:?}, more than the {} sent to it",
-                app.request.expected_key(),
+                key,
                 app.total_after,
                 sum
             );

@@ -55,12 +55,13 @@ impl<R: Runtime> Setup<R> {
     fn reply(&self, outcome: Outcome, previous_total: Option<u64>) -> FlushReply {
         let now = self.timer.now().as_millis();
         let interval = self.interval().as_millis();
+        let n = (now / interval) as u64;
         FlushReply {
             outcome,
-            interval: (now / interval) as u64,
+            interval: n,
             phase: Duration::from_millis((now % interval) as u64),
             previous_total,
-            counted_in: None,
+            counted_in: outcome.is_counted().then_some(n),
         }
     }
 

@@ -58,7 +58,7 @@ pub enum Fault {
 pub struct Application {
     pub request: FlushRequest,
     pub reply: Result<FlushReply, String>,
-    /// The key's total right after.
+    /// The total of the key the flush wrote, right after; `None` unless it was applied.
     pub total_after: Option<u64>,
     /// Whether the participant got this reply.
     pub delivered: bool,
@@ -201,7 +201,12 @@ impl SimStore {
             .flush(request, &self.reporter)
             .now_or_never()
             .expect("the memory store answers at once");
-        let total_after = self.memory.total(&request.expected_key());
+        // The key the flush wrote, if it was applied: the one of the interval it counted in.
+        let written = match &reply {
+            Ok(r) if r.outcome == Outcome::Applied => r.counted_in,
+            _ => None,
+        };
+        let total_after = written.and_then(|n| self.memory.total(&request.interval_key(n)));
         let mut inner = self.lock();
         inner.applications.push(Application {
             request: request.clone(),
