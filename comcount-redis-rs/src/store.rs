@@ -87,7 +87,7 @@ where
     }
 }
 
-/// `EVALSHA sha 3 keys... args...` for one flush.
+/// `EVALSHA sha 5 keys... args...` for one flush.
 fn evalsha(sha: &str, request: &FlushRequest) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     let keys = request.keys();
