@@ -7,10 +7,13 @@ use fred::error::{Error, ErrorKind};
 ///
 /// fred reports an error reply from the server with its text, which starts with the server's
 /// upper-case error code: the script did not write, since every check comes before its first
-/// write. One that says "not now" (`TRYAGAIN`, `MOVED`, `CLUSTERDOWN`, ...) → unavailable; any
-/// other (`ERR`, `NOSCRIPT`, `OOM`, ...) → refused. A reply fred
-/// could not read → malformed. Everything else (connection lost, timed out, canceled, given up
-/// after its write attempts) leaves it unknown whether the flush ran. → unanswered.
+/// write. One that says "not now" (see [`PASSING`]) → unavailable; any other (`ERR`, such as the
+/// script's own `ERR comcount: ...`, `OOM`, `NOPERM`, ...) → refused. A reply fred could not read
+/// → malformed. Everything else (connection lost, timed out, canceled, given up after its write
+/// attempts) leaves it unknown whether the flush ran. → unanswered.
+///
+/// The store loads the script on the first `NOSCRIPT` and sends the `EVALSHA` again; only the
+/// `NOSCRIPT` of that second `EVALSHA` reaches this function.
 pub(crate) fn classify(error: Error) -> StoreError {
     match error.kind() {
         ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled => StoreError::unanswered(error),
@@ -23,31 +26,41 @@ pub(crate) fn classify(error: Error) -> StoreError {
     }
 }
 
-/// Server errors that say "not now" rather than "no": a slot moving or a node failing over or
-/// loading. The script did not run, and the same flush may be sent again.
+/// Server errors that say "not now" rather than "no": a slot moving, a node failing over or
+/// loading, another script running (`BUSY`), too few replicas for a write (`NOREPLICAS`), or the
+/// script missing again right after it was loaded (a failover or `SCRIPT FLUSH` in between). The
+/// script did not run, and the same flush may be sent again.
+const PASSING: [&str; 10] = [
+    "TRYAGAIN",
+    "MOVED",
+    "ASK",
+    "CLUSTERDOWN",
+    "MASTERDOWN",
+    "READONLY",
+    "LOADING",
+    "BUSY",
+    "NOREPLICAS",
+    "NOSCRIPT",
+];
+
 fn is_passing(error: &Error) -> bool {
-    const PASSING: [&str; 7] = [
-        "TRYAGAIN",
-        "MOVED",
-        "ASK",
-        "CLUSTERDOWN",
-        "MASTERDOWN",
-        "READONLY",
-        "LOADING",
-    ];
-    let code = error.details().split_whitespace().next().unwrap_or("");
-    PASSING.contains(&code)
+    PASSING.contains(&code(error))
 }
 
 /// Whether the error carries a server's error reply: its first word is an upper-case code.
 fn is_server_reply(error: &Error) -> bool {
-    let code = error.details().split_whitespace().next().unwrap_or("");
+    let code = code(error);
     code.len() >= 2 && code.bytes().all(|b| b.is_ascii_uppercase())
+}
+
+/// The first word of the error's text: a server's error code, if it is a server's reply.
+fn code(error: &Error) -> &str {
+    error.details().split_whitespace().next().unwrap_or("")
 }
 
 /// Whether the server answered that it does not hold the script.
 pub(crate) fn is_no_script(error: &Error) -> bool {
-    error.details().starts_with("NOSCRIPT")
+    code(error) == "NOSCRIPT"
 }
 
 #[cfg(test)]
@@ -55,19 +68,63 @@ mod tests {
     use super::*;
     use comcount_core::StoreErrorKind;
 
+    /// The error fred makes of a server's error reply `line`: its text, and a kind from the
+    /// first word as fred's reply parser chooses it.
+    fn reply(line: &str) -> Error {
+        let kind = match line.split_whitespace().next() {
+            Some("MOVED" | "ASK" | "CLUSTERDOWN") => ErrorKind::Cluster,
+            Some("WRONGTYPE") => ErrorKind::InvalidArgument,
+            Some("NOAUTH" | "WRONGPASS") => ErrorKind::Auth,
+            _ => ErrorKind::Unknown,
+        };
+        Error::new(kind, line.to_owned())
+    }
+
     fn kind(kind: ErrorKind, details: &str) -> StoreErrorKind {
         classify(Error::new(kind, details.to_owned())).kind()
     }
 
     #[test]
-    fn server_replies_are_refusals_and_lost_connections_are_unknown() {
+    fn a_script_refusal_is_refused_not_unanswered() {
+        for line in [
+            "ERR comcount: ARGV[1] (sequence number) is \"0\", not a plain decimal integer",
+            "ERR comcount: fence {c}:f:0000000000000001 is not a fence",
+            "ERR increment or decrement would overflow",
+            "NOPERM this user has no permissions to run the 'evalsha' command",
+        ] {
+            assert_eq!(
+                classify(reply(line)).kind(),
+                StoreErrorKind::Refused,
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn busy_and_noreplicas_are_unavailable() {
         assert_eq!(
-            kind(
-                ErrorKind::Unknown,
-                "ERR increment or decrement would overflow"
-            ),
-            StoreErrorKind::Refused
+            classify(reply(
+                "BUSY Redis is busy running a script. You can only call SCRIPT KILL or \
+                 SHUTDOWN NOSAVE."
+            ))
+            .kind(),
+            StoreErrorKind::Unavailable
         );
+        assert_eq!(
+            classify(reply("NOREPLICAS Not enough good replicas to write.")).kind(),
+            StoreErrorKind::Unavailable
+        );
+    }
+
+    #[test]
+    fn noscript_after_a_load_is_unavailable() {
+        let error = reply("NOSCRIPT No matching script. Please use EVAL.");
+        assert!(is_no_script(&error));
+        assert_eq!(classify(error).kind(), StoreErrorKind::Unavailable);
+    }
+
+    #[test]
+    fn passing_server_states_are_unavailable() {
         assert_eq!(
             kind(ErrorKind::Cluster, "MOVED 3999 127.0.0.1:6381"),
             StoreErrorKind::Unavailable
@@ -80,6 +137,17 @@ mod tests {
             StoreErrorKind::Unavailable
         );
         assert_eq!(
+            kind(
+                ErrorKind::Unknown,
+                "LOADING Redis is loading the dataset in memory"
+            ),
+            StoreErrorKind::Unavailable
+        );
+    }
+
+    #[test]
+    fn lost_connections_are_unanswered_and_bad_frames_malformed() {
+        assert_eq!(
             kind(ErrorKind::Unknown, "Too many failed write attempts."),
             StoreErrorKind::Unanswered
         );
@@ -91,9 +159,10 @@ mod tests {
             kind(ErrorKind::Protocol, "bad frame"),
             StoreErrorKind::Malformed
         );
-        assert!(is_no_script(&Error::new(
-            ErrorKind::Unknown,
-            "NOSCRIPT No matching script."
-        )));
+        // A lower-case first word is not a server's code.
+        assert_eq!(
+            kind(ErrorKind::Unknown, "comcount: fence is not a fence"),
+            StoreErrorKind::Unanswered
+        );
     }
 }

@@ -4,7 +4,7 @@ use comcount_core::script::{self, Field};
 use comcount_core::{FlushReply, StoreError};
 use fred::types::Value;
 
-/// Turns the script's four-field array into a [`FlushReply`].
+/// Turns the script's five-field array into a [`FlushReply`].
 pub(crate) fn decode(value: &Value) -> Result<FlushReply, StoreError> {
     let Value::Array(items) = value else {
         return Err(StoreError::malformed(format!(
@@ -40,23 +40,37 @@ mod tests {
             Value::Integer(12),
             Value::Integer(3),
             Value::String("40".into()),
+            Value::String("11".into()),
         ]))
         .unwrap();
         assert_eq!(reply.outcome, Outcome::Duplicate);
         assert_eq!(reply.previous_total, Some(40));
+        assert_eq!(reply.counted_in, Some(11));
         let reply = decode(&Value::Array(vec![
             Value::Integer(4),
             Value::Integer(12),
             Value::Integer(3),
             Value::Null,
+            Value::Boolean(false),
         ]))
         .unwrap();
         assert_eq!(reply.previous_total, None);
+        assert_eq!(reply.counted_in, None);
     }
 
     #[test]
     fn refuses_anything_else() {
         assert!(decode(&Value::Queued).is_err());
-        assert!(decode(&Value::Array(vec![Value::Double(1.0); 4])).is_err());
+        assert!(decode(&Value::Array(vec![Value::Double(1.0); 5])).is_err());
+        // The old script's four fields.
+        assert!(
+            decode(&Value::Array(vec![
+                Value::Integer(4),
+                Value::Integer(12),
+                Value::Integer(3),
+                Value::Null,
+            ]))
+            .is_err()
+        );
     }
 }
