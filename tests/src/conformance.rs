@@ -3,8 +3,9 @@
 //!
 //! Each store is checked through an [`Inspector`] that reads its keys from outside. Flushes are
 //! aimed at an interval by asking the store first (a flush that expects interval 0 comes back
-//! as a wrong interval with the store's interval and phase), and the scenario starts over with
-//! fresh keys whenever a step slips over an interval boundary on a busy machine.
+//! as a wrong interval with the store's interval and phase, once the store's clock is past
+//! interval 1), and the scenario starts over with fresh keys whenever a step slips over an
+//! interval boundary on a busy machine.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,7 +105,8 @@ pub async fn flush<S: Store>(store: &S, request: &FlushRequest) -> FlushReply {
 pub async fn aim<S: Store>(store: &S, requests: &Requests, min: u64) -> Result<u64, Slipped> {
     let interval = Duration::from_millis(requests.interval_ms);
     for _ in 0..20 {
-        // A flush expecting interval 0 is a wrong interval today: it only asks for the time.
+        // A flush expecting interval 0 is a wrong interval on any clock past interval 1: it
+        // only asks for the time.
         let probe = requests.flush(ParticipantId::random(), 1, 1, 0);
         let reply = flush(store, &probe).await;
         assert_eq!(reply.outcome, Outcome::WrongInterval, "probe {reply:?}");
@@ -183,6 +185,91 @@ pub async fn assert_key<I: Inspector>(
     );
 }
 
+/// Asserts that a reply counts the flush in interval `n`, or in none.
+fn assert_counted_in(reply: &FlushReply, n: Option<u64>, what: &str) {
+    assert_eq!(reply.counted_in, n, "{what}: {reply:?}");
+}
+
+/// Sends requests no store accepts, each with one field out of the protocol's range, and
+/// checks that each is refused with nothing written.
+async fn refuses_bad_fields<S: Store, I: Inspector>(
+    store: &S,
+    inspector: &I,
+    requests: &Requests,
+    participant: ParticipantId,
+    n: u64,
+) {
+    let base = &*requests.key_base;
+    let before = inspector.snapshot(base).await;
+    let good = requests.flush(participant, 5, 1, n);
+    let bad = [
+        (
+            "seq 0",
+            FlushRequest {
+                seq: 0,
+                ..good.clone()
+            },
+        ),
+        (
+            "seq 2^53",
+            FlushRequest {
+                seq: 1 << 53,
+                ..good.clone()
+            },
+        ),
+        (
+            "amount above i64::MAX",
+            FlushRequest {
+                amount: i64::MAX as u64 + 1,
+                ..good.clone()
+            },
+        ),
+        (
+            "interval 0",
+            FlushRequest {
+                interval_ms: 0,
+                ..good.clone()
+            },
+        ),
+        (
+            "interval above 2^53/3",
+            FlushRequest {
+                interval_ms: FlushRequest::MAX_INTERVAL_MS + 1,
+                ..good.clone()
+            },
+        ),
+        (
+            "expect 2^53",
+            FlushRequest {
+                expect: 1 << 53,
+                ..good.clone()
+            },
+        ),
+        (
+            "fence life 0",
+            FlushRequest {
+                fence_ttl_ms: 0,
+                ..good.clone()
+            },
+        ),
+        (
+            "fence life 2^53",
+            FlushRequest {
+                fence_ttl_ms: 1 << 53,
+                ..good.clone()
+            },
+        ),
+    ];
+    let report = Reporter::new("conformance", Arc::new(Recorder::new()));
+    for (what, request) in bad {
+        match store.flush(&request, &report).await {
+            Err(error) => assert_eq!(error.kind(), StoreErrorKind::Refused, "{what}: {error}"),
+            Ok(reply) => panic!("{} accepted a flush with {what}: {reply:?}", store.name()),
+        }
+        assert_unchanged(&before, &inspector.snapshot(base).await, what);
+    }
+}
+
 async fn scenario<S: Store, I: Inspector>(
     store: &S,
     inspector: &I,
@@ -194,6 +281,8 @@ async fn scenario<S: Store, I: Inspector>(
     let three = interval * 3;
     let one = ParticipantId::random();
     let two = ParticipantId::random();
+    let early = ParticipantId::random();
+    let late = ParticipantId::random();
 
     // Interval n: the first flush is applied; the interval and fence keys appear.
     let n = aim(store, &requests, 0).await?;
@@ -202,6 +291,7 @@ async fn scenario<S: Store, I: Inspector>(
     let reply = flush(store, &requests.flush(one, 1, 5, n)).await;
     expect(&reply, Outcome::Applied, n)?;
     assert_eq!(reply.previous_total, None, "no interval before the first");
+    assert_counted_in(&reply, Some(n), "an applied flush");
     assert_eq!(
         inspector.keys(base).await,
         [requests.interval_key(n), requests.fence_key(one)]
@@ -216,35 +306,72 @@ async fn scenario<S: Store, I: Inspector>(
     )
     .await;
 
-    // Refused in interval n: duplicate, fenced, wrong interval; none writes.
+    // Refused in interval n: duplicate, fenced, two intervals off either way, bad fields;
+    // none writes.
     let before = inspector.snapshot(base).await;
     let reply = flush(store, &requests.flush(one, 1, 5, n)).await;
     expect(&reply, Outcome::Duplicate, n)?;
+    assert_counted_in(&reply, Some(n), "a duplicate");
     assert_unchanged(&before, &inspector.snapshot(base).await, "a duplicate");
     let reply = flush(store, &requests.flush(one, 2, 7, n)).await;
     expect(&reply, Outcome::Fenced, n)?;
+    assert_counted_in(&reply, None, "a fenced flush");
     assert_unchanged(&before, &inspector.snapshot(base).await, "a fenced flush");
-    let reply = flush(store, &requests.flush(one, 2, 7, n + 5)).await;
-    expect(&reply, Outcome::WrongInterval, n)?;
-    assert_unchanged(&before, &inspector.snapshot(base).await, "a wrong interval");
+    for off in [n + 2, n - 2, n + 5] {
+        let reply = flush(store, &requests.flush(two, 1, 7, off)).await;
+        expect(&reply, Outcome::WrongInterval, n)?;
+        assert_counted_in(&reply, None, "a wrong interval");
+        assert_unchanged(&before, &inspector.snapshot(base).await, "a wrong interval");
+    }
+    refuses_bad_fields(store, inspector, &requests, two, n).await;
 
-    // Interval n+1: the next flush is applied and brings back interval n's total.
+    // Still in interval n: a copy aimed at n+1 (landing early) and one aimed at n-1 (landing
+    // late) are both applied in n, where the server's clock is.
+    let written = Instant::now();
+    let reply = flush(store, &requests.flush(early, 1, 10, n + 1)).await;
+    expect(&reply, Outcome::Applied, n)?;
+    assert_counted_in(&reply, Some(n), "a flush landing early");
+    let reply = flush(store, &requests.flush(late, 1, 100, n - 1)).await;
+    expect(&reply, Outcome::Applied, n)?;
+    assert_counted_in(&reply, Some(n), "a flush landing late");
+    assert_key(inspector, &requests.interval_key(n), "115", three, written).await;
+    for participant in [early, late] {
+        assert_key(
+            inspector,
+            &requests.fence_key(participant),
+            &format!("1:{n}"),
+            fence_ttl,
+            written,
+        )
+        .await;
+    }
+    let mut keys = vec![
+        requests.interval_key(n),
+        requests.fence_key(one),
+        requests.fence_key(early),
+        requests.fence_key(late),
+    ];
+    keys.sort();
+    assert_eq!(
+        inspector.keys(base).await,
+        keys,
+        "only interval {n} was written"
+    );
+
+    // Interval n+1: the next flush, aimed at n and landing late, is applied in n+1 and brings
+    // back interval n's total.
     let m = aim(store, &requests, n + 1).await?;
     if m != n + 1 {
         return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
     }
     let written = Instant::now();
-    let reply = flush(store, &requests.flush(one, 2, 7, m)).await;
+    let reply = flush(store, &requests.flush(one, 2, 7, n)).await;
     expect(&reply, Outcome::Applied, m)?;
-    assert_eq!(reply.previous_total, Some(5), "interval {n}'s total");
-    assert_eq!(
-        inspector.keys(base).await,
-        [
-            requests.interval_key(n),
-            requests.interval_key(m),
-            requests.fence_key(one)
-        ]
-    );
+    assert_counted_in(&reply, Some(m), "a flush landing late");
+    assert_eq!(reply.previous_total, Some(115), "interval {n}'s total");
+    keys.push(requests.interval_key(m));
+    keys.sort();
+    assert_eq!(inspector.keys(base).await, keys);
     assert_key(inspector, &requests.interval_key(m), "7", three, written).await;
     assert_key(
         inspector,
@@ -255,18 +382,29 @@ async fn scenario<S: Store, I: Inspector>(
     )
     .await;
 
-    // Refused in interval m: stale, duplicate, fenced, and an overflowing amount.
+    // Refused in interval m: stale, duplicates (each saying where it counted), fenced, and an
+    // overflowing amount.
     let before = inspector.snapshot(base).await;
     let reply = flush(store, &requests.flush(one, 1, 5, m)).await;
     expect(&reply, Outcome::Stale, m)?;
+    assert_counted_in(&reply, None, "a stale flush");
     assert_unchanged(&before, &inspector.snapshot(base).await, "a stale flush");
     let reply = flush(store, &requests.flush(one, 2, 7, m)).await;
     expect(&reply, Outcome::Duplicate, m)?;
-    assert_eq!(reply.previous_total, Some(5));
+    assert_eq!(reply.previous_total, Some(115));
+    assert_counted_in(&reply, Some(m), "a duplicate");
+    assert_unchanged(&before, &inspector.snapshot(base).await, "a duplicate");
+    let reply = flush(store, &requests.flush(early, 1, 10, n + 1)).await;
+    expect(&reply, Outcome::Duplicate, m)?;
+    assert_counted_in(
+        &reply,
+        Some(n),
+        "a duplicate of a flush applied an interval before",
+    );
     assert_unchanged(&before, &inspector.snapshot(base).await, "a duplicate");
     let reply = flush(store, &requests.flush(one, 3, 1, m)).await;
     expect(&reply, Outcome::Fenced, m)?;
-    assert_eq!(reply.previous_total, Some(5));
+    assert_eq!(reply.previous_total, Some(115));
     assert_unchanged(&before, &inspector.snapshot(base).await, "a fenced flush");
     let report = Reporter::new("conformance", Arc::new(Recorder::new()));
     let overflow = store
@@ -281,10 +419,11 @@ async fn scenario<S: Store, I: Inspector>(
     }
     assert_unchanged(&before, &inspector.snapshot(base).await, "an overflow");
 
-    // A second participant adds to the same interval.
+    // A second participant adds to the same interval, with a flush aimed one interval ahead.
     let written = Instant::now();
-    let reply = flush(store, &requests.flush(two, 1, 4, m)).await;
+    let reply = flush(store, &requests.flush(two, 1, 4, m + 1)).await;
     expect(&reply, Outcome::Applied, m)?;
+    assert_counted_in(&reply, Some(m), "a flush landing early");
     assert_key(inspector, &requests.interval_key(m), "11", three, written).await;
     assert_key(
         inspector,

@@ -1,13 +1,18 @@
-//! The flush script itself, driven with plain EVAL on a real Redis: every outcome, refusals
-//! that leave the server as it was, and an overflowing amount that writes nothing.
+//! The flush script itself, driven with plain EVAL on a real Redis: every outcome, the window of
+//! intervals a copy may land in, refusals that leave the server as it was, arguments out of
+//! range, and an overflowing amount that writes nothing.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use comcount_core::diagnostics::{Recorder, Reporter};
 use comcount_core::script::{self, Field};
-use comcount_core::{FlushReply, FlushRequest, Outcome, ParticipantId, Store, StoreError};
-use comcount_tests::conformance::{Requests, aim, assert_unchanged, check_store, expect};
+use comcount_core::{
+    FlushReply, FlushRequest, Outcome, ParticipantId, Store, StoreError, StoreErrorKind,
+};
+use comcount_fred::FredStore;
+use comcount_redis_rs::RedisStore;
+use comcount_tests::conformance::{Requests, aim, assert_unchanged, check_store, expect, flush};
 use comcount_tests::inspect::{Inspector, RedisInspector};
 use comcount_tests::{connect, settings, shared};
 use redis::Value;
@@ -29,7 +34,7 @@ impl Store for Eval {
         let mut connection = self.0.clone();
         let mut eval = redis::cmd("EVAL");
         eval.arg(script::SOURCE)
-            .arg(3)
+            .arg(request.keys().len())
             .arg(&request.keys()[..])
             .arg(&script::arguments(request)[..]);
         async move {
@@ -147,6 +152,256 @@ async fn a_fence_that_is_not_a_fence_is_an_error_and_writes_nothing() {
         }
     }
     panic!("never managed to flush into the interval it aimed at");
+}
+
+/// Runs the script with raw keys and arguments, as a client that builds them wrong would.
+async fn eval_raw(keys: &[String], args: &[String]) -> redis::RedisResult<Value> {
+    let mut connection = connect::multiplexed(&shared::standalone_url()).await;
+    redis::cmd("EVAL")
+        .arg(script::SOURCE)
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args)
+        .query_async(&mut connection)
+        .await
+}
+
+/// Runs `steps` in a fresh interval `n` of the server's clock, starting over when a step
+/// slips over an interval boundary.
+async fn in_an_interval<F, Fut>(store: &Eval, steps: F)
+where
+    F: Fn(Requests, u64) -> Fut,
+    Fut: Future<Output = Result<(), comcount_tests::conformance::Slipped>>,
+{
+    for _ in 0..5 {
+        let requests = Requests::fresh(settings::interval());
+        let Ok(n) = aim(store, &requests, 0).await else {
+            continue;
+        };
+        if steps(requests, n).await.is_ok() {
+            return;
+        }
+    }
+    panic!("every attempt slipped over an interval boundary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_landing_one_interval_late_is_applied() {
+    let (store, inspector) = eval_store().await;
+    let (store, inspector) = (&store, &inspector);
+    in_an_interval(store, |requests, n| async move {
+        let participant = ParticipantId::random();
+        let reply = flush(store, &requests.flush(participant, 1, 3, n - 1)).await;
+        expect(&reply, Outcome::Applied, n)?;
+        assert_eq!(reply.counted_in, Some(n));
+        assert_eq!(
+            inspector.keys(&requests.key_base).await,
+            [requests.interval_key(n), requests.fence_key(participant)]
+        );
+        let total = inspector.key(&requests.interval_key(n)).await.unwrap();
+        assert_eq!(total.value, "3");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_landing_one_interval_early_is_applied() {
+    let (store, inspector) = eval_store().await;
+    let (store, inspector) = (&store, &inspector);
+    in_an_interval(store, |requests, n| async move {
+        let participant = ParticipantId::random();
+        let reply = flush(store, &requests.flush(participant, 1, 3, n + 1)).await;
+        expect(&reply, Outcome::Applied, n)?;
+        assert_eq!(reply.counted_in, Some(n));
+        assert_eq!(
+            inspector.keys(&requests.key_base).await,
+            [requests.interval_key(n), requests.fence_key(participant)]
+        );
+        let fence = inspector
+            .key(&requests.fence_key(participant))
+            .await
+            .unwrap();
+        assert_eq!(fence.value, format!("1:{n}"));
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_intervals_off_is_a_wrong_interval_and_writes_nothing() {
+    let (store, inspector) = eval_store().await;
+    let (store, inspector) = (&store, &inspector);
+    in_an_interval(store, |requests, n| async move {
+        let participant = ParticipantId::random();
+        for off in [n - 2, n + 2] {
+            let reply = flush(store, &requests.flush(participant, 1, 3, off)).await;
+            expect(&reply, Outcome::WrongInterval, n)?;
+            assert_eq!(reply.counted_in, None);
+            assert_eq!(reply.previous_total, None);
+            assert!(inspector.snapshot(&requests.key_base).await.is_empty());
+        }
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_reports_the_interval_the_flush_was_applied_in() {
+    let (store, inspector) = eval_store().await;
+    for _ in 0..5 {
+        let requests = Requests::fresh(settings::interval());
+        let participant = ParticipantId::random();
+        let Ok(n) = aim(&store, &requests, 0).await else {
+            continue;
+        };
+        // Aimed at n+1, landing early in n.
+        let request = requests.flush(participant, 1, 3, n + 1);
+        let reply = flush(&store, &request).await;
+        if expect(&reply, Outcome::Applied, n).is_err() {
+            continue;
+        }
+        // The same flush again in n+1, its own interval: a duplicate, counted in n.
+        let Ok(m) = aim(&store, &requests, n + 1).await else {
+            continue;
+        };
+        if m != n + 1 {
+            continue;
+        }
+        let before = inspector.snapshot(&requests.key_base).await;
+        let reply = flush(&store, &request).await;
+        if expect(&reply, Outcome::Duplicate, m).is_err() {
+            continue;
+        }
+        assert_eq!(reply.counted_in, Some(n), "{reply:?}");
+        assert_unchanged(
+            &before,
+            &inspector.snapshot(&requests.key_base).await,
+            "a duplicate",
+        );
+        return;
+    }
+    panic!("every attempt slipped over an interval boundary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_bad_argument_is_an_err_reply_and_writes_nothing() {
+    let (store, inspector) = eval_store().await;
+    let requests = Requests::fresh(settings::interval());
+    let participant = ParticipantId::random();
+    // Some state to leave alone: an applied flush, its interval key and fence.
+    let n = aim(&store, &requests, 0).await.unwrap();
+    let applied = flush(&store, &requests.flush(participant, 1, 5, n)).await;
+    assert!(applied.outcome.is_counted(), "{applied:?}");
+    let request = requests.flush(participant, 2, 5, n);
+    let keys = request.keys();
+    let good = script::arguments(&request);
+    let bad: &[(usize, &str)] = &[
+        (0, "-1"),
+        (0, "0"),
+        (0, "1.5"),
+        (0, "abc"),
+        (0, ""),
+        (0, "01"),
+        (0, " 2"),
+        (0, "1e3"),
+        (0, "0x10"),
+        (0, "9007199254740992"),
+        (0, "99999999999999999999999999999999"),
+        (1, "-5"),
+        (1, "5.0"),
+        (1, "five"),
+        (1, "9223372036854775808"),
+        (1, "18446744073709551616"),
+        (2, "0"),
+        (2, "-300"),
+        (2, "300.5"),
+        (2, "inf"),
+        (2, "3002399751580331"),
+        (3, "-1"),
+        (3, "nan"),
+        (3, "1.0"),
+        (3, "9007199254740992"),
+        (4, "0"),
+        (4, "-1"),
+        (4, "600000.5"),
+        (4, "9007199254740992"),
+    ];
+    for &(index, value) in bad {
+        let mut args = good.clone();
+        args[index] = value.to_owned();
+        let what = format!("ARGV[{}] = {value:?}", index + 1);
+        let before = inspector.snapshot(&requests.key_base).await;
+        let error = eval_raw(&keys, &args)
+            .await
+            .expect_err(&format!("{what} was accepted"));
+        assert_eq!(error.code(), Some("ERR"), "{what}: {error}");
+        assert!(
+            error.detail().is_some_and(|d| d.starts_with("comcount: ")),
+            "{what}: {error}"
+        );
+        assert!(
+            error.to_string().contains(&format!("ARGV[{}]", index + 1)),
+            "{what}: {error}"
+        );
+        assert_unchanged(
+            &before,
+            &inspector.snapshot(&requests.key_base).await,
+            &what,
+        );
+    }
+    // The old script's three keys are refused the same way.
+    let error = eval_raw(&keys[2..], &good).await.unwrap_err();
+    assert_eq!(error.code(), Some("ERR"), "{error}");
+    // And the largest arguments in range are accepted.
+    let largest = [
+        "9007199254740991",
+        "0",
+        "3002399751580330",
+        "9007199254740991",
+        "9007199254740991",
+    ]
+    .map(String::from);
+    let value = eval_raw(&keys, &largest).await.unwrap();
+    assert_eq!(decode(&value).unwrap().outcome, Outcome::WrongInterval);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_stores_report_a_script_refusal_as_refused() {
+    let url = shared::standalone_url();
+    let redis_rs = RedisStore::new(connect::multiplexed(&url).await);
+    let fred = FredStore::new(connect::fred_client(&url).await);
+    let inspector = RedisInspector(connect::multiplexed(&url).await);
+    let requests = Requests::fresh(settings::interval());
+    let participant = ParticipantId::random();
+    let mut connection = connect::multiplexed(&url).await;
+    let _: () = redis::cmd("SET")
+        .arg(requests.fence_key(participant))
+        .arg("garbage")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let n = aim(&redis_rs, &requests, 0).await.unwrap();
+    let before = inspector.snapshot(&requests.key_base).await;
+    let out_of_range = requests.flush(ParticipantId::random(), 1 << 53, 1, n);
+    // The broken fence is only read in the window: aim at the interval found, and accept a
+    // wrong interval should the clock move on in between.
+    let broken_fence = requests.flush(participant, 1, 1, n);
+    for request in [out_of_range, broken_fence] {
+        for (name, result) in [
+            ("redis-rs", redis_rs.flush(&request, &reporter()).await),
+            ("fred", fred.flush(&request, &reporter()).await),
+        ] {
+            match result {
+                Err(error) => {
+                    assert_eq!(error.kind(), StoreErrorKind::Refused, "{name}: {error}");
+                    assert!(error.to_string().contains("comcount: "), "{name}: {error}");
+                }
+                Ok(reply) => assert_eq!(reply.outcome, Outcome::WrongInterval, "{name}"),
+            }
+            assert_unchanged(&before, &inspector.snapshot(&requests.key_base).await, name);
+        }
+    }
 }
 
 fn reporter() -> Reporter {
