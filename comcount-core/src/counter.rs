@@ -98,8 +98,9 @@ impl Counter {
     }
 
     /// The group's total over the last closed interval, or `None` when it is not known: before
-    /// the first reply, when that interval had no total, or when no reply refreshed it for two
-    /// intervals.
+    /// the first reply, when that interval had no total, when no reply refreshed it for two
+    /// intervals (plus the round trip of the reply that brought it, up to three intervals), or
+    /// once the counter is closed or its worker has ended.
     pub fn group_total(&self) -> Option<u64> {
         self.shared.group.get()
     }
@@ -121,7 +122,7 @@ impl Counter {
     /// is no parting flush: it could land in an interval this participant already added to.
     /// What is still in the buffer stays unsent, and so does an amount whose flush had not
     /// been applied anywhere (it goes back to the buffer); an amount whose fate is unknown is
-    /// reported as `flush unsettled`.
+    /// reported by a `flush failed` event, as `unsettled`.
     ///
     /// The group's total becomes unknown: nothing refreshes it any more. The counter keeps
     /// counting locally and answering with its own buffer. Calling it again does nothing.

@@ -3,8 +3,7 @@
 //!
 //! | level | message | attributes |
 //! | --- | --- | --- |
-//! | error | `flush failed` | `counter`, `error`, `dropped` |
-//! | error | `flush unsettled` | `counter`, `error`, `amount` |
+//! | error | `flush failed` | `counter`, `error`, `dropped`, `unsettled` |
 //! | warn | `total went stale` | `counter`, `after` (ms) |
 //! | warn | `round trip slow` | `counter`, `round_trip` (ms), `interval` (ms) |
 //! | info | `round trip normal` | `counter`, `round_trip` (ms), `interval` (ms) |
@@ -83,21 +82,19 @@ pub enum Event<'a> {
         /// What `increment(0)` returns right after it.
         count: u64,
     },
-    /// A flush's amount was dropped, certainly not counted by the store: it was refused.
+    /// A flush was given up without being counted, as far as the counter knows. Its amount
+    /// is never sent again, and is in exactly one of the two attributes:
+    ///
+    /// - `dropped`: certainly not counted by the store (it refused the flush);
+    /// - `unsettled`: perhaps counted, perhaps not (its copies went unanswered for the whole
+    ///   resend window, or the counter was closed while one was in the store's hands).
     FlushFailed {
         /// Why.
         error: &'a StoreError,
-        /// The amount that was dropped.
+        /// The amount certainly not counted.
         dropped: u64,
-    },
-    /// A flush was given up with its fate unknown: the store may or may not have counted it.
-    /// Its copies went unanswered for the whole resend window, or the counter was closed while
-    /// one was in the store's hands. The amount is not sent again.
-    FlushUnsettled {
-        /// Why it is unknown.
-        error: &'a StoreError,
-        /// The amount the flush carried.
-        amount: u64,
+        /// The amount whose fate is unknown.
+        unsettled: u64,
     },
     /// The store's round trip stayed above half the interval: flushes can no longer reach
     /// every interval, and the group's total arrives late. Raised once, until
@@ -153,7 +150,7 @@ impl Event<'_> {
     /// The event's level.
     pub fn level(&self) -> Level {
         match self {
-            Event::FlushFailed { .. } | Event::FlushUnsettled { .. } => Level::Error,
+            Event::FlushFailed { .. } => Level::Error,
             Event::TotalWentStale { .. } | Event::RoundTripSlow { .. } => Level::Warn,
             Event::CounterStarted { .. }
             | Event::CounterStopped
@@ -169,7 +166,6 @@ impl Event<'_> {
             Event::CounterStopped => "counter stopped",
             Event::FlushCompleted { .. } => "flush completed",
             Event::FlushFailed { .. } => "flush failed",
-            Event::FlushUnsettled { .. } => "flush unsettled",
             Event::TotalWentStale { .. } => "total went stale",
             Event::RoundTripSlow { .. } => "round trip slow",
             Event::RoundTripNormal { .. } => "round trip normal",
@@ -201,13 +197,14 @@ impl Event<'_> {
                 f("amount", Value::U64(*amount));
                 f("count", Value::U64(*count));
             }
-            Event::FlushFailed { error, dropped } => {
+            Event::FlushFailed {
+                error,
+                dropped,
+                unsettled,
+            } => {
                 f("error", Value::Error(error));
                 f("dropped", Value::U64(*dropped));
-            }
-            Event::FlushUnsettled { error, amount } => {
-                f("error", Value::Error(error));
-                f("amount", Value::U64(*amount));
+                f("unsettled", Value::U64(*unsettled));
             }
             Event::TotalWentStale { after } => f("after", ms(after)),
             Event::RoundTripSlow {

@@ -6,7 +6,8 @@
 --   KEYS[1] the interval key of EXPECT-2   KEYS[2] of EXPECT-1   KEYS[3] of EXPECT
 --   KEYS[4] the interval key of EXPECT+1   KEYS[5] the participant's fence key
 -- ARGV (each a plain decimal integer: digits only, no sign, no leading zero):
---   ARGV[1] SEQ, the flush's sequence number      1 ..= 2^53-1
+--   ARGV[1] SEQ, the flush's sequence number      1 ..= 2^53-1 (every copy of one flush carries
+--           the same SEQ; a participant's next flush a larger one, from the wall clock at start)
 --   ARGV[2] amount to add                         0 ..= 2^63-1 (compared as digits)
 --   ARGV[3] interval length I in ms               1 ..= floor(2^53/3)
 --   ARGV[4] EXPECT, the interval aimed at         0 ..= 2^53-1

@@ -9,7 +9,8 @@
 //! answer proves that no copy was applied: a slow store gets fewer copies, not more.
 //!
 //! The amount goes back to the buffer only when no copy was or ever can be applied. It is
-//! reported dropped only then too, and reported unsettled when that cannot be known.
+//! reported dropped only when the store refused it, and unsettled when whether it was counted
+//! cannot be known.
 
 use std::fmt;
 use std::future::Future;
@@ -445,12 +446,22 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         }
     }
 
+    /// Reports an amount certainly not counted, and dropped.
     fn fail(&self, error: &StoreError, dropped: u64) {
-        self.report.emit(Event::FlushFailed { error, dropped });
+        self.report.emit(Event::FlushFailed {
+            error,
+            dropped,
+            unsettled: 0,
+        });
     }
 
+    /// Reports an amount that may or may not have been counted, and is not sent again.
     fn unsettled(&self, error: &StoreError, amount: u64) {
-        self.report.emit(Event::FlushUnsettled { error, amount });
+        self.report.emit(Event::FlushFailed {
+            error,
+            dropped: 0,
+            unsettled: amount,
+        });
     }
 }
 

@@ -184,5 +184,4 @@ fn a_restarted_participant_with_a_fixed_id_is_applied_first_time() {
         "the first flush was not the one applied"
     );
     assert!(events.with_message("flush failed").is_empty());
-    assert!(events.with_message("flush unsettled").is_empty());
 }

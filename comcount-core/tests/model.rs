@@ -80,14 +80,16 @@ struct Drops {
 impl Diagnostics for Drops {
     fn record(&self, _counter: &str, event: &Event<'_>) {
         let seq = || self.store.last_sent(self.participant).unwrap_or(0);
-        match event {
-            Event::FlushFailed { dropped, .. } => {
-                self.dropped.lock().unwrap().push((seq(), *dropped))
+        if let Event::FlushFailed {
+            dropped, unsettled, ..
+        } = event
+        {
+            if *dropped > 0 {
+                self.dropped.lock().unwrap().push((seq(), *dropped));
             }
-            Event::FlushUnsettled { amount, .. } => {
-                self.unsettled.lock().unwrap().push((seq(), *amount))
+            if *unsettled > 0 {
+                self.unsettled.lock().unwrap().push((seq(), *unsettled));
             }
-            _ => {}
         }
     }
 }

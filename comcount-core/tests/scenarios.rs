@@ -197,14 +197,15 @@ async fn under_the_original_rules_an_unanswered_flush_is_reported_unsettled<R: R
     s.store.then([Action::Fail(lost)]);
     s.counter.increment(5);
     s.expect_within(1, "the report", || {
-        !s.events.with_message("flush unsettled").is_empty()
+        !s.events.with_message("flush failed").is_empty()
     })
     .await;
-    // The store may have counted it: it is not reported dropped, and not sent again.
-    assert!(s.events.with_message("flush failed").is_empty());
-    let unsettled = &s.events.with_message("flush unsettled")[0];
+    // The store may have counted it: it is reported unsettled, not dropped, and not sent
+    // again.
+    let unsettled = &s.events.with_message("flush failed")[0];
     assert_eq!(unsettled.level, Level::Error);
-    assert_eq!(unsettled.attribute("amount"), Some("5"));
+    assert_eq!(unsettled.attribute("unsettled"), Some("5"));
+    assert_eq!(unsettled.attribute("dropped"), Some("0"));
     assert!(
         unsettled
             .attribute("error")
@@ -479,9 +480,8 @@ async fn a_store_slower_than_the_timeout_still_settles_each_flush<R: Runtime>(rt
     }
     s.expect_within(3, "every unit counted", || completed_amount(&s.events) == 6)
         .await;
-    let unsettled = s.events.with_message("flush unsettled");
-    assert!(unsettled.is_empty(), "{unsettled:?}");
-    assert!(s.events.with_message("flush failed").is_empty());
+    let failed = s.events.with_message("flush failed");
+    assert!(failed.is_empty(), "{failed:?}");
     // Once a reply has timed the round trip, the timeout is above it: copies stop.
     let completed = s.events.with_message("flush completed").len();
     assert!(completed >= 4, "only {completed} flushes completed");
@@ -551,10 +551,10 @@ async fn closing_with_a_flush_in_flight_reports_it_unsettled<R: Runtime>(rt: R) 
     s.counter.close();
     s.expect_within(1, "the worker ending", || s.finished.is_finished())
         .await;
-    let unsettled = s.events.with_message("flush unsettled");
-    assert_eq!(unsettled.len(), 1, "{:?}", s.events.messages());
-    assert_eq!(unsettled[0].attribute("amount"), Some("7"));
-    assert!(s.events.with_message("flush failed").is_empty());
+    let failed = s.events.with_message("flush failed");
+    assert_eq!(failed.len(), 1, "{:?}", s.events.messages());
+    assert_eq!(failed[0].attribute("unsettled"), Some("7"));
+    assert_eq!(failed[0].attribute("dropped"), Some("0"));
     s.sleep_intervals(3).await;
     assert_eq!(s.store.calls(), 1, "nothing may be sent after close");
 }
@@ -570,11 +570,12 @@ async fn closing_while_a_flush_is_resent_reports_it_unsettled<R: Runtime>(rt: R)
     s.expect_within(1, "the worker ending", || s.finished.is_finished())
         .await;
     let calls = s.store.calls();
-    let unsettled = s.events.with_message("flush unsettled");
     let kept = s.counter.buffered();
-    let reported: u64 = unsettled
+    let reported: u64 = s
+        .events
+        .with_message("flush failed")
         .iter()
-        .map(|r| r.attribute("amount").unwrap().parse::<u64>().unwrap())
+        .map(|r| r.attribute("unsettled").unwrap().parse::<u64>().unwrap())
         .sum();
     assert_eq!(
         kept + reported,
