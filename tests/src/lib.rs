@@ -2,6 +2,7 @@
 //! a flush log, and the conformance suite every store passes.
 
 pub mod cluster;
+pub mod cluster_admin;
 pub mod conformance;
 pub mod connect;
 pub mod faulty_fleet;

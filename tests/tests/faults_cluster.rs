@@ -13,11 +13,11 @@ use comcount_core::diagnostics::{Recorder, Reporter};
 use comcount_core::{ParticipantId, Store};
 use comcount_fred::FredStore;
 use comcount_tests::cluster::Cluster;
-use comcount_tests::conformance::Requests;
-use comcount_tests::faulty_fleet::{
-    FaultyFleet, Node, ReadFrom, await_role, command, keys_in_slot, primaries, replica_of,
-    role_within, run, slot_of,
+use comcount_tests::cluster_admin::{
+    Node, await_role, command, keys_in_slot, primaries, replica_of, role_within, slot_of,
 };
+use comcount_tests::conformance::Requests;
+use comcount_tests::faulty_fleet::{FaultyFleet, ReadFrom, run};
 use comcount_tests::{connect, settings};
 
 async fn fleet_on(cluster: &Cluster, tag: &str) -> FaultyFleet {

@@ -6,7 +6,8 @@
 
 use std::time::Instant;
 
-use comcount_tests::faulty_fleet::{FaultyFleet, ReadFrom, admin, command, run};
+use comcount_tests::cluster_admin::{admin, command};
+use comcount_tests::faulty_fleet::{FaultyFleet, ReadFrom, run};
 use comcount_tests::server::RedisServer;
 
 async fn fleet_on(server: &RedisServer, fleet: &mut FaultyFleet) {
