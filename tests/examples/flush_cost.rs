@@ -32,12 +32,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use comcount_core::clock::TokioTimer;
-use comcount_core::diagnostics::{Diagnostics, Event, Reporter};
-use comcount_core::{
-    Counter, FlushReply, FlushRequest, Outcome, ParticipantId, Store, StoreError, Worker,
-};
+use comcount_core::diagnostics::{Diagnostics, Event};
+use comcount_core::{Counter, ParticipantId, Worker};
 use comcount_redis_rs::RedisStore;
 use comcount_tests::connect;
+use comcount_tests::recording::{self, FlushRecords, RecordingStore};
 use comcount_tests::server::RedisServer;
 use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
@@ -457,60 +456,9 @@ impl Diagnostics for Tallied {
     }
 }
 
-/// What became of the flushes a fleet sent, by the script's outcome.
-#[derive(Default)]
-struct Outcomes {
-    /// [sent, applied, duplicate, stale, fenced, wrong interval, error reply]; a flush the
-    /// counter stopped waiting for (its timeout) is sent and nothing else.
-    counts: [AtomicU64; 7],
-}
-
-impl Outcomes {
-    fn now(&self) -> [u64; 7] {
-        std::array::from_fn(|i| self.counts[i].load(Ordering::Relaxed))
-    }
-}
-
-/// The Redis store, counting what becomes of each flush.
-struct Counted {
-    inner: RedisStore<MultiplexedConnection>,
-    outcomes: Arc<Outcomes>,
-}
-
-impl Store for Counted {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn flush(
-        &self,
-        request: &FlushRequest,
-        report: &Reporter,
-    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
-        let flush = self.inner.flush(request, report);
-        let outcomes = Arc::clone(&self.outcomes);
-        async move {
-            outcomes.counts[0].fetch_add(1, Ordering::Relaxed);
-            let result = flush.await;
-            let slot = match &result {
-                Ok(reply) => match reply.outcome {
-                    Outcome::Applied => 1,
-                    Outcome::Duplicate => 2,
-                    Outcome::Stale => 3,
-                    Outcome::Fenced => 4,
-                    Outcome::WrongInterval => 5,
-                },
-                Err(_) => 6,
-            };
-            outcomes.counts[slot].fetch_add(1, Ordering::Relaxed);
-            result
-        }
-    }
-}
-
 struct FleetRow {
-    /// Outcomes over the window: see [`Outcomes::counts`].
-    outcomes: [u64; 7],
+    /// What became of the flushes sent in the window.
+    outcomes: recording::Tally,
     interval: Duration,
     counters: usize,
     participants: usize,
@@ -566,7 +514,7 @@ async fn flush_fleet(
     clear(stats).await;
     let empty = Snapshot::take(stats).await;
     let tally = Arc::new(Tally::default());
-    let outcomes = Arc::new(Outcomes::default());
+    let records = FlushRecords::tally_only();
     let stop = Arc::new(AtomicBool::new(false));
     let mut drivers = Vec::new();
     let mut all = Vec::new();
@@ -579,10 +527,7 @@ async fn flush_fleet(
                 .prefix("flush:")
                 .diagnostics(Tallied(Arc::clone(&tally)))
                 .build(
-                    Counted {
-                        inner: RedisStore::new(connection.clone()),
-                        outcomes: Arc::clone(&outcomes),
-                    },
+                    RecordingStore::new(RedisStore::new(connection.clone()), 0, records.clone()),
                     TokioTimer::new(),
                 )
                 .expect("the settings are valid");
@@ -603,12 +548,12 @@ async fn flush_fleet(
     }
     tokio::time::sleep(WARMUP).await;
     let (completed, failed) = tally_now(&tally);
-    let outcomes_before = outcomes.now();
+    let outcomes_before = records.tally();
     let before = Snapshot::take(stats).await;
     tokio::time::sleep(window).await;
     let after = Snapshot::take(stats).await;
     let (completed_after, failed_after) = tally_now(&tally);
-    let outcomes_after = outcomes.now();
+    let outcomes_after = records.tally();
     stop.store(true, Ordering::Relaxed);
     for driver in drivers {
         driver.await.expect("a driver ends");
@@ -617,7 +562,7 @@ async fn flush_fleet(
         counter.close();
     }
     FleetRow {
-        outcomes: std::array::from_fn(|i| outcomes_after[i] - outcomes_before[i]),
+        outcomes: outcomes_after - outcomes_before,
         interval,
         counters,
         participants,
@@ -688,31 +633,33 @@ fn print_fleets(fleets: &[FleetRow], baseline: &Baseline) {
     }
     println!();
     println!(
-        "What became of the flushes sent in the window, per 100 sent (a flush the counter \
-         stopped waiting for, after its timeout, is 'no reply'):"
+        "What became of the flushes sent in the window, per 100 sent ('cut off' is a flush the \
+         counter stopped waiting for, after its timeout; 'in flight' one still unanswered at \
+         the window's end):"
     );
     println!();
     println!(
         "| interval | counters × participants | sent | applied | duplicate | stale | fenced | \
-         wrong interval | error | no reply |"
+         wrong interval | error | cut off | in flight |"
     );
-    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for f in fleets {
-        let [sent, rest @ ..] = f.outcomes;
-        let replied: u64 = rest.iter().sum();
-        let per_100 = |n: u64| format!("{:.1}", n as f64 * 100.0 / sent.max(1) as f64);
+        let o = f.outcomes;
+        let per_100 = |n: u64| format!("{:.1}", n as f64 * 100.0 / o.sent.max(1) as f64);
         println!(
-            "| {} ms | {} × {} | {sent} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} ms | {} × {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             f.interval.as_millis(),
             f.counters,
             f.participants,
-            per_100(rest[0]),
-            per_100(rest[1]),
-            per_100(rest[2]),
-            per_100(rest[3]),
-            per_100(rest[4]),
-            per_100(rest[5]),
-            per_100(sent.saturating_sub(replied)),
+            o.sent,
+            per_100(o.applied),
+            per_100(o.duplicate),
+            per_100(o.stale),
+            per_100(o.fenced),
+            per_100(o.wrong_interval),
+            per_100(o.failed),
+            per_100(o.cut),
+            per_100(o.in_flight()),
         );
     }
     println!();

@@ -9,6 +9,7 @@ pub mod faulty_fleet;
 pub mod inspect;
 pub mod logging;
 pub mod proxy;
+pub mod recording;
 pub mod server;
 pub mod settings;
 pub mod shared;
