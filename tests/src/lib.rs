@@ -1,5 +1,6 @@
 //! What the integration tests share: Redis servers started for them, clients, key inspection,
-//! a flush log, and the conformance suite every store passes.
+//! a flush recorder, the invariants every fleet test checks, and the conformance suite every
+//! store passes.
 
 pub mod cluster;
 pub mod cluster_admin;
@@ -7,8 +8,9 @@ pub mod conformance;
 pub mod connect;
 pub mod faulty_fleet;
 pub mod inspect;
-pub mod logging;
+pub mod invariants;
 pub mod proxy;
+pub mod reader;
 pub mod recording;
 pub mod server;
 pub mod settings;

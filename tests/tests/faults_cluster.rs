@@ -17,7 +17,9 @@ use comcount_tests::cluster_admin::{
     Node, await_role, command, keys_in_slot, primaries, replica_of, role_within, slot_of,
 };
 use comcount_tests::conformance::Requests;
-use comcount_tests::faulty_fleet::{FaultyFleet, ReadFrom, run};
+use comcount_tests::faulty_fleet::{FaultyFleet, run};
+use comcount_tests::invariants::Writes;
+use comcount_tests::reader::ReadFrom;
 use comcount_tests::{connect, settings};
 
 async fn fleet_on(cluster: &Cluster, tag: &str) -> FaultyFleet {
@@ -61,7 +63,7 @@ fn cluster_failover() {
         fleet.assert_recovers(fault_end, fleet.interval() * 2).await;
         assert_eq!(cluster.primary_of(&fleet.interval_key(0)), replica);
         // A manual failover waits for the replica to catch up: nothing is lost.
-        let report = fleet.finish(false).await;
+        let report = fleet.finish(Writes::Kept).await;
         report.assert_no_unanswered_flush_dropped();
     });
 }
@@ -80,7 +82,7 @@ fn primary_killed() {
             .assert_recovers(fault_end, fleet.interval() * 2 + fleet.flush_timeout())
             .await;
         // Writes the primary acknowledged but had not yet passed to its replica are lost.
-        let report = fleet.finish(true).await;
+        let report = fleet.finish(Writes::MayBeLost).await;
         // The primary was gone for the node timeout, far longer than two intervals.
         report.assert_each_said(&mark, "total went stale");
         report.assert_no_unanswered_flush_dropped();
@@ -199,7 +201,7 @@ fn slot_resharded_under_load() {
         );
 
         fleet.assert_recovers(fault_end, interval * 2).await;
-        let report = fleet.finish(false).await;
+        let report = fleet.finish(Writes::Kept).await;
         // Every key of the counter is on the new owner, and only there.
         let held = where_keys_are(&primaries, slot).await;
         assert!(!held.is_empty());

@@ -7,8 +7,10 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use comcount_tests::faulty_fleet::{FaultyFleet, ReadFrom, run};
+use comcount_tests::faulty_fleet::{FaultyFleet, run};
+use comcount_tests::invariants::Writes;
 use comcount_tests::proxy::Proxy;
+use comcount_tests::reader::ReadFrom;
 use comcount_tests::server::RedisServer;
 
 /// A server, a proxy in front of it, and a fleet counting through the proxy.
@@ -50,7 +52,7 @@ fn replies_delayed_past_the_flush_timeout() {
         fleet
             .assert_recovers(fault_end, interval * 2 + fleet.flush_timeout())
             .await;
-        let report = fleet.finish(false).await;
+        let report = fleet.finish(Writes::Kept).await;
         report.assert_each_said(&mark, "total went stale");
         assert_eq!(
             report.flush_failures(),
@@ -73,7 +75,7 @@ async fn lose_replies(tag: &str, strike: fn(&Proxy)) {
         let fault_end = struck(&proxy, done).await;
         fleet.assert_recovers(fault_end, fleet.interval() * 2).await;
     }
-    let report = fleet.finish(false).await;
+    let report = fleet.finish(Writes::Kept).await;
     assert_eq!(report.flush_failures(), []);
     assert!(
         report.duplicates() > 0,
@@ -100,7 +102,7 @@ fn connections_reset() {
             let fault_end = Instant::now();
             fleet.assert_recovers(fault_end, fleet.interval() * 2).await;
         }
-        let report = fleet.finish(false).await;
+        let report = fleet.finish(Writes::Kept).await;
         assert_eq!(report.flush_failures(), []);
     });
 }

@@ -7,7 +7,9 @@
 use std::time::Instant;
 
 use comcount_tests::cluster_admin::{admin, command};
-use comcount_tests::faulty_fleet::{FaultyFleet, ReadFrom, run};
+use comcount_tests::faulty_fleet::{FaultyFleet, run};
+use comcount_tests::invariants::Writes;
+use comcount_tests::reader::ReadFrom;
 use comcount_tests::server::RedisServer;
 
 async fn fleet_on(server: &RedisServer, fleet: &mut FaultyFleet) {
@@ -33,7 +35,7 @@ fn client_kill() {
             assert!(killed >= 6, "CLIENT KILL killed only {killed} connections");
             fleet.assert_recovers(fault_end, fleet.interval() * 2).await;
         }
-        let report = fleet.finish(false).await;
+        let report = fleet.finish(Writes::Kept).await;
         assert_eq!(report.flush_failures(), []);
     });
 }
@@ -48,7 +50,7 @@ fn script_flush() {
         let () = command(server.port(), &["SCRIPT", "FLUSH"]).await.unwrap();
         let fault_end = Instant::now();
         fleet.assert_recovers(fault_end, fleet.interval() * 2).await;
-        let report = fleet.finish(false).await;
+        let report = fleet.finish(Writes::Kept).await;
         assert!(
             report.scripts_loaded_since(&mark) >= 1,
             "no participant loaded the script again after SCRIPT FLUSH"
@@ -74,7 +76,7 @@ fn server_restart_on_the_same_port() {
         let fault_end = Instant::now();
         fleet.assert_recovers(fault_end, fleet.interval() * 2).await;
         // The restart lost the keys written before it: Redis may hold less than was applied.
-        let report = fleet.finish(true).await;
+        let report = fleet.finish(Writes::MayBeLost).await;
         assert!(
             report.scripts_loaded_since(&mark) >= 1,
             "no participant loaded the script into the restarted server"
@@ -106,7 +108,7 @@ fn debug_sleep_longer_than_the_flush_timeout() {
         fleet
             .assert_recovers(fault_end, interval * 2 + fleet.flush_timeout())
             .await;
-        let report = fleet.finish(false).await;
+        let report = fleet.finish(Writes::Kept).await;
         report.assert_each_said(&mark, "total went stale");
         for failures in report.since(&mark, "flush failed") {
             assert!(

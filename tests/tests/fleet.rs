@@ -1,9 +1,11 @@
 //! Eight participants, mixing clients, count concurrently for a dozen intervals. Afterwards the
-//! flush log and Redis's own keys must agree: no interval holds more than was really sent to
-//! it, each participant added to each interval at most once, every participant saw the same
-//! totals, and every count a participant returned obeys the max rule.
+//! flush records and Redis's own keys must pass every fleet invariant (see
+//! [`comcount_tests::invariants`]): no interval holds more than was really sent to it, no flush
+//! applied twice, each participant added to each interval at most once, every participant told
+//! the same totals, every unit accounted for; and every count a participant returned obeys the
+//! max rule.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
@@ -11,11 +13,13 @@ use std::time::Duration;
 
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::Recorder;
-use comcount_core::{Counter, Outcome, ParticipantId, Store, StoreErrorKind};
+use comcount_core::{Counter, Outcome, ParticipantId, Store};
 use comcount_fred::FredStore;
 use comcount_redis_rs::RedisStore;
 use comcount_tests::inspect::{Inspector, RedisInspector};
-use comcount_tests::logging::{FlushLog, LoggingStore};
+use comcount_tests::invariants::{self, Report, Writes};
+use comcount_tests::reader::{Read, Reads, now_ms};
+use comcount_tests::recording::{FlushRecords, RecordingStore};
 use comcount_tests::settings::{self, sleep};
 use comcount_tests::{connect, shared};
 use tokio::task::JoinHandle;
@@ -26,14 +30,18 @@ const INTERVALS: u32 = 12;
 const THREADS_EACH: usize = 2;
 
 struct Participant {
+    id: ParticipantId,
+    store: String,
     counter: Counter,
     worker: JoinHandle<()>,
     recorder: Recorder,
+    /// What its threads counted into it.
+    counted: Arc<AtomicU64>,
 }
 
 struct Fleet {
     prefix: String,
-    log: FlushLog,
+    records: FlushRecords,
     participants: Vec<Participant>,
 }
 
@@ -41,26 +49,32 @@ impl Fleet {
     fn new() -> Self {
         Self {
             prefix: settings::unique_prefix("fleet"),
-            log: FlushLog::default(),
+            records: FlushRecords::new(),
             participants: Vec::new(),
         }
     }
 
     fn join<S: Store>(&mut self, store: S) {
         let recorder = Recorder::new();
+        let id = ParticipantId::random();
+        let name = store.name().to_owned();
+        let member = self.participants.len();
         let (counter, worker) = Counter::builder("fleet", settings::interval())
             .prefix(&self.prefix)
-            .participant(ParticipantId::random())
+            .participant(id)
             .diagnostics(recorder.clone())
             .build(
-                LoggingStore::new(store, self.log.clone()),
+                RecordingStore::new(store, member, self.records.clone()),
                 TokioTimer::new(),
             )
             .unwrap();
         self.participants.push(Participant {
+            id,
+            store: name,
             counter,
             worker: tokio::spawn(worker),
             recorder,
+            counted: Arc::default(),
         });
     }
 
@@ -72,7 +86,7 @@ impl Fleet {
 /// What one incrementing thread saw.
 #[derive(Default)]
 struct Seen {
-    /// Counts that broke the max rule: (amount, count returned, all amounts sent so far).
+    /// Counts that broke the max rule: (amount, count returned, all amounts counted so far).
     violations: Vec<(u64, u64, u64)>,
     /// Every group total the counter reported.
     group_totals: BTreeSet<u64>,
@@ -82,26 +96,27 @@ struct Seen {
 async fn run<I: Inspector>(mut fleet: Fleet, inspector: I) {
     let interval = settings::interval();
     let base = fleet.key_base();
-    let sent = Arc::new(AtomicU64::new(0));
+    let all_counted = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
 
     let threads: Vec<_> = fleet
         .participants
         .iter()
-        .flat_map(|p| (0..THREADS_EACH).map(|_| p.counter.clone()))
-        .map(|counter| {
-            let (sent, stop) = (Arc::clone(&sent), Arc::clone(&stop));
+        .flat_map(|p| (0..THREADS_EACH).map(|_| (p.counter.clone(), Arc::clone(&p.counted))))
+        .map(|(counter, counted)| {
+            let (all_counted, stop) = (Arc::clone(&all_counted), Arc::clone(&stop));
             thread::spawn(move || {
                 let mut seen = Seen::default();
                 while !stop.load(Ordering::Relaxed) {
                     let amount = fastrand::u64(1..=5);
-                    sent.fetch_add(amount, Ordering::SeqCst);
+                    counted.fetch_add(amount, Ordering::SeqCst);
+                    all_counted.fetch_add(amount, Ordering::SeqCst);
                     let count = counter.increment(amount);
-                    let sent_now = sent.load(Ordering::SeqCst);
+                    let counted_now = all_counted.load(Ordering::SeqCst);
                     // max(group total of a closed interval, own buffer): at least what this
-                    // call added, and never more than the whole group sent so far.
-                    if count < amount || count > sent_now {
-                        seen.violations.push((amount, count, sent_now));
+                    // call added, and never more than the whole group counted so far.
+                    if count < amount || count > counted_now {
+                        seen.violations.push((amount, count, counted_now));
                     }
                     if let Some(total) = counter.group_total() {
                         seen.group_totals.insert(total);
@@ -115,15 +130,15 @@ async fn run<I: Inspector>(mut fleet: Fleet, inspector: I) {
         .collect();
 
     // While the fleet counts, read the interval keys: once an interval has closed its key is
-    // final, and it lives two more intervals at least, so the last value read is its total.
-    let mut last_read: BTreeMap<u64, u64> = BTreeMap::new();
+    // final, and it lives two more intervals at least.
+    let reads = Reads::default();
     let counting = async {
         sleep(interval * INTERVALS).await;
         stop.store(true, Ordering::SeqCst);
     };
     let reading = async {
         while !stop.load(Ordering::SeqCst) {
-            read_totals(&inspector, &base, &mut last_read).await;
+            read_totals(&inspector, &base, &reads).await;
             sleep(interval / 3).await;
         }
     };
@@ -139,13 +154,29 @@ async fn run<I: Inspector>(mut fleet: Fleet, inspector: I) {
             .expect("a worker did not stop after close()")
             .unwrap();
     }
-    read_totals(&inspector, &base, &mut last_read).await;
+    read_totals(&inspector, &base, &reads).await;
 
-    check(&fleet, &seen, &last_read, sent.load(Ordering::SeqCst));
+    let participants = fleet
+        .participants
+        .iter()
+        .map(|p| invariants::Participant {
+            id: p.id,
+            store: p.store.clone(),
+            recorder: p.recorder.clone(),
+            counted: p.counted.load(Ordering::SeqCst),
+            buffered: p.counter.buffered(),
+        })
+        .collect();
+    let report = Report::new(interval, fleet.records.records(), reads.all(), participants);
+    check(&fleet, &report, &seen);
 }
 
-async fn read_totals<I: Inspector>(inspector: &I, base: &str, last_read: &mut BTreeMap<u64, u64>) {
+/// Reads every interval key under `base` into `reads`.
+async fn read_totals<I: Inspector>(inspector: &I, base: &str, reads: &Reads) {
     let prefix = format!("{base}:");
+    // Taken before the keys are listed: a read counts as made after an interval closed only
+    // if it was sent after.
+    let at_ms = now_ms();
     for key in inspector.keys(base).await {
         let Some(n) = key
             .strip_prefix(&prefix)
@@ -154,119 +185,49 @@ async fn read_totals<I: Inspector>(inspector: &I, base: &str, last_read: &mut BT
             continue;
         };
         if let Some(state) = inspector.key(&key).await {
-            last_read.insert(n, state.value.parse().unwrap());
+            reads.push(Read {
+                interval: n,
+                value: Some(state.value.parse().unwrap()),
+                at_ms,
+                port: None,
+            });
         }
     }
 }
 
-fn check(fleet: &Fleet, seen: &[Seen], last_read: &BTreeMap<u64, u64>, sent_total: u64) {
-    let entries = fleet.log.entries();
-    let mut applied: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut unknown: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut sent_to: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut adds: HashMap<(ParticipantId, u64), u32> = HashMap::new();
-    let mut previous: BTreeMap<u64, BTreeSet<Option<u64>>> = BTreeMap::new();
-    let mut failures = 0;
-    for entry in &entries {
-        let request = &entry.request;
-        match entry.result {
-            Ok(reply) if reply.outcome == Outcome::WrongInterval => {}
-            Ok(reply) => {
-                assert_eq!(reply.interval, request.expect, "{entry:?}");
-                *sent_to.entry(reply.interval).or_default() += request.amount;
-                previous
-                    .entry(reply.interval)
-                    .or_default()
-                    .insert(reply.previous_total);
-                if reply.outcome == Outcome::Applied {
-                    *applied.entry(reply.interval).or_default() += request.amount;
-                    *adds
-                        .entry((request.participant, reply.interval))
-                        .or_default() += 1;
-                }
-            }
-            Err(kind) => {
-                failures += 1;
-                assert_ne!(kind, StoreErrorKind::Malformed, "{entry:?}");
-                *sent_to.entry(request.expect).or_default() += request.amount;
-                *unknown.entry(request.expect).or_default() += request.amount;
-            }
-        }
-    }
-    let total = |n: &u64| applied.get(n).copied().unwrap_or(0);
-    let doubt = |n: &u64| unknown.get(n).copied().unwrap_or(0);
-    eprintln!(
-        "{} flushes, {} failed, {} intervals with additions, {} read from Redis",
-        entries.len(),
-        failures,
-        applied.len(),
-        last_read.len()
-    );
+fn check(fleet: &Fleet, report: &Report, seen: &[Seen]) {
+    // No fault here: every acknowledged write stays.
+    report.assert_all(Writes::Kept);
+    report.assert_no_malformed_reply();
+    report.assert_enough_evidence((INTERVALS as usize) / 2);
 
-    // Each participant added to each interval at most once.
-    for ((participant, n), count) in &adds {
-        assert_eq!(
-            *count, 1,
-            "{participant} added to interval {n} {count} times"
-        );
-    }
-    // Redis holds for each interval what the applied flushes carried, never more than was
-    // sent to it (a flush that got no reply may or may not be in it).
-    for (n, value) in last_read {
-        assert!(
-            total(n) <= *value && *value <= total(n) + doubt(n),
-            "interval {n}: Redis holds {value}, applied flushes carried {}, unanswered {}",
-            total(n),
-            doubt(n)
-        );
-        assert!(*value <= sent_to.get(n).copied().unwrap_or(0));
-    }
-    assert!(
-        last_read.len() >= (INTERVALS as usize) / 2,
-        "read only {} interval totals from Redis",
-        last_read.len()
-    );
-    // Everyone who flushed in interval n was told the same total of n-1, and it is that
-    // interval's true total.
-    for (n, totals) in &previous {
-        assert_eq!(
-            totals.len(),
-            1,
-            "interval {n}: replies disagree on the total before: {totals:?}"
-        );
-        let before = n - 1;
-        match totals.first().copied().flatten() {
-            Some(value) => assert!(
-                total(&before) <= value && value <= total(&before) + doubt(&before),
-                "interval {n} was told {value} for {before}, which holds {}",
-                total(&before)
-            ),
-            None => assert_eq!(
-                total(&before),
-                0,
-                "interval {before} was written but read as none"
-            ),
-        }
-    }
     // The fleet really counted, in many intervals, through every participant.
+    let intervals_applied: BTreeSet<u64> = report
+        .records()
+        .iter()
+        .filter_map(|r| r.reply())
+        .filter(|reply| reply.outcome == Outcome::Applied)
+        .map(|reply| reply.interval)
+        .collect();
     assert!(
-        applied.len() >= (INTERVALS as usize) - 3,
+        intervals_applied.len() >= (INTERVALS as usize) - 3,
         "only {} intervals counted",
-        applied.len()
+        intervals_applied.len()
     );
-    let applied_sum: u64 = applied.values().sum();
-    assert!(applied_sum <= sent_total);
     for participant in &fleet.participants {
         assert!(
             !participant
                 .recorder
                 .with_message("flush completed")
                 .is_empty(),
-            "a participant never completed a flush"
+            "{} participant {} never completed a flush",
+            participant.store,
+            participant.id
         );
     }
     // Every count returned obeyed the max rule, and every group total a counter showed was
-    // the total of some interval.
+    // one a reply gave.
+    let mut group_totals = BTreeSet::new();
     for thread in seen {
         assert!(thread.increments > 0);
         assert!(
@@ -274,15 +235,9 @@ fn check(fleet: &Fleet, seen: &[Seen], last_read: &BTreeMap<u64, u64>, sent_tota
             "counts out of bounds: {:?}",
             thread.violations
         );
-        for group in &thread.group_totals {
-            assert!(
-                applied
-                    .keys()
-                    .any(|n| total(n) <= *group && *group <= total(n) + doubt(n)),
-                "a counter showed a group total of {group}, which no interval holds"
-            );
-        }
+        group_totals.extend(&thread.group_totals);
     }
+    report.assert_group_totals_came_from_replies(&group_totals);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,569 @@
+//! What every fleet test checks once its fleet has stopped, from the flush records (every call
+//! to `Store::flush`, see [`recording`](crate::recording)), Redis's own interval keys read while
+//! the fleet counted (see [`reader`](crate::reader)), and what each participant counted and
+//! reported.
+//!
+//! Each invariant is a function of its own on [`Report`]; [`Report::assert_all`] runs every one
+//! that holds for the fault at hand.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use comcount_core::diagnostics::{Record, Recorder};
+use comcount_core::{Outcome, ParticipantId, StoreErrorKind};
+
+use crate::reader::Read;
+use crate::recording::{FlushEnd, FlushRecord};
+
+/// Whether the fault at hand may lose writes the server acknowledged.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Writes {
+    /// Every acknowledged write stays: Redis holds at least what the replies say was applied.
+    Kept,
+    /// A restart or a killed primary may lose acknowledged writes.
+    MayBeLost,
+}
+
+/// One participant of a fleet, once stopped.
+pub struct Participant {
+    /// Its id.
+    pub id: ParticipantId,
+    /// Its store's name.
+    pub store: String,
+    /// Its events.
+    pub recorder: Recorder,
+    /// What was counted into it (the sum of its `increment` amounts).
+    pub counted: u64,
+    /// What it still held unsent once stopped ([`Counter::buffered`]).
+    ///
+    /// [`Counter::buffered`]: comcount_core::Counter::buffered
+    pub buffered: u64,
+}
+
+/// Where each participant's events stood at some moment.
+pub struct Mark(Vec<usize>);
+
+impl Mark {
+    /// Where each recorder stands now.
+    pub fn now<'a>(recorders: impl IntoIterator<Item = &'a Recorder>) -> Self {
+        Self(recorders.into_iter().map(|r| r.records().len()).collect())
+    }
+}
+
+/// What a fleet did: its flushes, Redis's keys, its participants.
+pub struct Report {
+    interval: Duration,
+    records: Vec<FlushRecord>,
+    reads: Vec<Read>,
+    participants: Vec<Participant>,
+}
+
+/// Per interval, per participant: the amount of the flush the replies say was applied there.
+type Applied = BTreeMap<u64, BTreeMap<usize, u64>>;
+
+impl Report {
+    /// A report of flushes recorded with each [`FlushRecord::member`] the index of its
+    /// participant in `participants`.
+    pub fn new(
+        interval: Duration,
+        records: Vec<FlushRecord>,
+        reads: Vec<Read>,
+        participants: Vec<Participant>,
+    ) -> Self {
+        for record in &records {
+            assert!(
+                record.member < participants.len(),
+                "a flush recorded for participant {} of {}",
+                record.member,
+                participants.len()
+            );
+        }
+        Self {
+            interval,
+            records,
+            reads,
+            participants,
+        }
+    }
+
+    /// Every flush recorded.
+    pub fn records(&self) -> &[FlushRecord] {
+        &self.records
+    }
+
+    /// Every invariant that holds with `writes`, then a summary on stderr.
+    pub fn assert_all(&self, writes: Writes) {
+        self.assert_each_flush_keeps_its_amount();
+        self.assert_replies_name_the_expected_interval();
+        self.assert_each_flush_applied_at_most_once();
+        self.assert_each_participant_adds_to_an_interval_at_most_once();
+        self.assert_no_interval_overstated();
+        self.assert_no_flush_counted_in_two_intervals();
+        self.assert_nothing_held_beyond_what_was_sent();
+        self.assert_every_unit_accounted_for();
+        self.assert_no_key_split_across_nodes();
+        if writes == Writes::Kept {
+            self.assert_no_applied_flush_missing();
+            self.assert_replies_agree_on_previous_totals();
+        }
+        self.print_summary();
+    }
+
+    fn interval_ms(&self) -> u64 {
+        u64::try_from(self.interval.as_millis()).unwrap()
+    }
+
+    /// The largest value Redis was read to hold, per interval.
+    fn highest(&self) -> BTreeMap<u64, u64> {
+        let mut highest: BTreeMap<u64, u64> = BTreeMap::new();
+        for read in &self.reads {
+            if let Some(value) = read.value {
+                let high = highest.entry(read.interval).or_default();
+                *high = (*high).max(value);
+            }
+        }
+        highest
+    }
+
+    /// The values Redis was read to hold for interval `n` after it closed, when no flush
+    /// could write to it any more.
+    fn read_closed(&self, n: u64) -> impl Iterator<Item = u64> + '_ {
+        let closed_at = (n + 1) * self.interval_ms();
+        self.reads
+            .iter()
+            .filter(move |r| r.interval == n && r.at_ms > closed_at)
+            .filter_map(|r| r.value)
+    }
+
+    fn applied(&self) -> Applied {
+        let mut applied = Applied::new();
+        for record in &self.records {
+            if let Some(reply) = record.reply()
+                && reply.outcome == Outcome::Applied
+            {
+                applied
+                    .entry(reply.interval)
+                    .or_default()
+                    .insert(record.member, record.request.amount);
+            }
+        }
+        applied
+    }
+
+    /// A flush keeps its amount from its first send to its settling: every copy of it (same
+    /// participant, same sequence number) carries the same amount.
+    pub fn assert_each_flush_keeps_its_amount(&self) {
+        let mut amounts: HashMap<(usize, u64), u64> = HashMap::new();
+        for record in &self.records {
+            let amount = *amounts
+                .entry(record.flush_id())
+                .or_insert(record.request.amount);
+            assert_eq!(
+                amount, record.request.amount,
+                "participant {} sent flush {} with two amounts",
+                record.member, record.request.seq
+            );
+        }
+    }
+
+    /// A reply other than `WrongInterval` is about the interval the flush expected.
+    pub fn assert_replies_name_the_expected_interval(&self) {
+        for record in &self.records {
+            if let Some(reply) = record.reply()
+                && reply.outcome != Outcome::WrongInterval
+            {
+                assert_eq!(reply.interval, record.request.expect, "{record:?}");
+            }
+        }
+    }
+
+    /// No flush is answered `Applied` twice: every copy after the first that ran is fenced.
+    pub fn assert_each_flush_applied_at_most_once(&self) {
+        let mut applied: HashMap<(usize, u64), &FlushRecord> = HashMap::new();
+        for record in &self.records {
+            if record.outcome() == Some(Outcome::Applied)
+                && let Some(first) = applied.insert(record.flush_id(), record)
+            {
+                panic!(
+                    "participant {}'s flush {} was applied twice: {first:?} and {record:?}",
+                    record.member, record.request.seq
+                );
+            }
+        }
+    }
+
+    /// No participant is answered `Applied` twice in one interval.
+    pub fn assert_each_participant_adds_to_an_interval_at_most_once(&self) {
+        let mut added: HashMap<(usize, u64), &FlushRecord> = HashMap::new();
+        for record in &self.records {
+            if let Some(reply) = record.reply()
+                && reply.outcome == Outcome::Applied
+                && let Some(first) = added.insert((record.member, reply.interval), record)
+            {
+                panic!(
+                    "participant {} added to interval {} twice: {first:?} and {record:?}",
+                    record.member, reply.interval
+                );
+            }
+        }
+    }
+
+    /// By Redis's own keys, no interval ever held more than was really sent to it: each
+    /// participant's one addition, which is the flush the replies say was applied there, or
+    /// else at most the largest flush it sent there that may have written (one cut off, left
+    /// unanswered or in flight; never one refused or turned away).
+    pub fn assert_no_interval_overstated(&self) {
+        let applied = self.applied();
+        let mut may_have_written: BTreeMap<u64, BTreeMap<usize, u64>> = BTreeMap::new();
+        for record in self.records.iter().filter(|r| r.may_have_written()) {
+            let most = may_have_written
+                .entry(record.request.expect)
+                .or_default()
+                .entry(record.member)
+                .or_default();
+            *most = (*most).max(record.request.amount);
+        }
+        let none = BTreeMap::new();
+        for (n, value) in self.highest() {
+            let applied_here = applied.get(&n).unwrap_or(&none);
+            let sent_here = may_have_written.get(&n).unwrap_or(&none);
+            let members: BTreeSet<usize> = applied_here
+                .keys()
+                .chain(sent_here.keys())
+                .copied()
+                .collect();
+            let bound: u64 = members
+                .iter()
+                .map(|m| {
+                    applied_here
+                        .get(m)
+                        .or(sent_here.get(m))
+                        .copied()
+                        .unwrap_or(0)
+                })
+                .sum();
+            assert!(
+                value <= bound,
+                "interval {n} held {value} in Redis, more than its participants sent to it \
+                 ({bound}): applied {applied_here:?}, largest that may have written \
+                 {sent_here:?}"
+            );
+        }
+    }
+
+    /// Each flush counts in one interval at most: the intervals read hold, together, no more
+    /// than the flushes that may have landed in them, each taken once. A flush the replies
+    /// place in an interval counts there only; one no copy of which may have written counts
+    /// nowhere.
+    pub fn assert_no_flush_counted_in_two_intervals(&self) {
+        let highest = self.highest();
+        let mut landed: HashMap<(usize, u64), u64> = HashMap::new();
+        for record in &self.records {
+            if let Some(reply) = record.reply()
+                && reply.outcome == Outcome::Applied
+            {
+                landed.insert(record.flush_id(), reply.interval);
+            }
+        }
+        // Per flush: its amount, and whether a copy that may have written aimed at an
+        // interval that was read.
+        let mut flushes: HashMap<(usize, u64), (u64, bool)> = HashMap::new();
+        for record in &self.records {
+            let (_, may_be_in_one_read) = flushes
+                .entry(record.flush_id())
+                .or_insert((record.request.amount, false));
+            *may_be_in_one_read |=
+                record.may_have_written() && highest.contains_key(&record.request.expect);
+        }
+        let may_hold: u64 = flushes
+            .iter()
+            .map(
+                |(flush, (amount, may_be_in_one_read))| match landed.get(flush) {
+                    Some(n) if highest.contains_key(n) => *amount,
+                    Some(_) => 0,
+                    None if *may_be_in_one_read => *amount,
+                    None => 0,
+                },
+            )
+            .sum();
+        let held: u64 = highest.values().sum();
+        assert!(
+            held <= may_hold,
+            "the intervals read held {held} in Redis, more than the flushes that may have \
+             landed in them carried ({may_hold}): a flush counted in two intervals"
+        );
+    }
+
+    /// All the intervals read together hold no more than the fleet counted, less what it still
+    /// held unsent at the end.
+    pub fn assert_nothing_held_beyond_what_was_sent(&self) {
+        let held: u64 = self.highest().values().sum();
+        let counted: u64 = self.participants.iter().map(|p| p.counted).sum();
+        let buffered: u64 = self.participants.iter().map(|p| p.buffered).sum();
+        assert!(
+            buffered <= counted,
+            "the fleet holds {buffered} unsent, more than was counted into it ({counted})"
+        );
+        assert!(
+            held <= counted - buffered,
+            "the intervals read held {held} in Redis, more than the fleet counted and sent ({})",
+            counted - buffered
+        );
+    }
+
+    /// Every unit counted into a participant is accounted for, once: reported counted by the
+    /// store (`flush completed`), reported dropped (`flush failed`), still in its buffer, or
+    /// carried by the one flush left unsettled when the participant was closed (close cuts it
+    /// off and sends nothing more). And the flushes the participant reported counted are those
+    /// whose replies said so, each once.
+    pub fn assert_every_unit_accounted_for(&self) {
+        let amounts = |p: &Participant, message: &str, attribute: &str| -> u64 {
+            p.recorder
+                .with_message(message)
+                .iter()
+                .map(|r| {
+                    r.attribute(attribute)
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or_else(|| panic!("{message} without a number {attribute}: {r:?}"))
+                })
+                .sum()
+        };
+        for (member, p) in self.participants.iter().enumerate() {
+            let completed = amounts(p, "flush completed", "amount");
+            let dropped = amounts(p, "flush failed", "dropped");
+
+            let mut counted_by_replies: HashMap<u64, u64> = HashMap::new();
+            for record in self.records.iter().filter(|r| r.member == member) {
+                if record.counted_at().is_some() {
+                    counted_by_replies.insert(record.request.seq, record.request.amount);
+                }
+            }
+            let by_replies: u64 = counted_by_replies.values().sum();
+            assert_eq!(
+                completed, by_replies,
+                "{} participant {}: the flushes it reported completed carried {completed}, \
+                 the flushes the store said it counted {by_replies}",
+                p.store, p.id
+            );
+
+            let accounted = completed + dropped + p.buffered;
+            assert!(
+                accounted <= p.counted,
+                "{} participant {}: {completed} counted by the store + {dropped} dropped + {} \
+                 unsent is more than the {} counted into it",
+                p.store,
+                p.id,
+                p.buffered,
+                p.counted
+            );
+            let missing = p.counted - accounted;
+            let last = self.records.iter().rev().find(|r| r.member == member);
+            assert!(
+                missing == 0 || last.is_some_and(|r| r.request.amount == missing),
+                "{} participant {}: {missing} of the {} counted into it are neither counted \
+                 by the store, dropped, unsent, nor in its last flush ({:?})",
+                p.store,
+                p.id,
+                p.counted,
+                last.map(|r| &r.request)
+            );
+        }
+    }
+
+    /// No fault leaves a key split across nodes, which Redis reports as `BUSYKEY`: in no
+    /// store error, and in no event.
+    pub fn assert_no_key_split_across_nodes(&self) {
+        for record in &self.records {
+            if let FlushEnd::Failed { message, .. } = &record.end {
+                assert!(!message.contains("BUSYKEY"), "{record:?}");
+            }
+        }
+        for p in &self.participants {
+            for record in p.recorder.records() {
+                for (_, value) in &record.attributes {
+                    assert!(!value.contains("BUSYKEY"), "{record:?}");
+                }
+            }
+        }
+    }
+
+    /// Redis holds, once an interval has closed, at least what the replies say was applied
+    /// to it. Only where acknowledged writes are kept.
+    pub fn assert_no_applied_flush_missing(&self) {
+        for (n, by_member) in self.applied() {
+            let Some(value) = self.read_closed(n).max() else {
+                continue;
+            };
+            let total: u64 = by_member.values().sum();
+            assert!(
+                value >= total,
+                "interval {n} held {value} in Redis once closed, less than the applied flushes \
+                 carried ({total}): {by_member:?}"
+            );
+        }
+    }
+
+    /// Every reply from interval `n` (any outcome but `WrongInterval`, which may not read it)
+    /// gives the same total for interval `n - 1`, closed by then, and it is what Redis held
+    /// for `n - 1` once closed. Only where acknowledged writes are kept.
+    pub fn assert_replies_agree_on_previous_totals(&self) {
+        let mut previous: BTreeMap<u64, BTreeSet<Option<u64>>> = BTreeMap::new();
+        for record in &self.records {
+            if let Some(reply) = record.reply()
+                && reply.outcome != Outcome::WrongInterval
+            {
+                previous
+                    .entry(reply.interval)
+                    .or_default()
+                    .insert(reply.previous_total);
+            }
+        }
+        for (n, totals) in &previous {
+            assert_eq!(
+                totals.len(),
+                1,
+                "replies from interval {n} disagree on the total of interval {}: {totals:?}",
+                n - 1
+            );
+            let told = totals.first().copied().flatten();
+            let held: BTreeSet<u64> = self.read_closed(n - 1).collect();
+            for value in &held {
+                assert_eq!(
+                    told,
+                    Some(*value),
+                    "replies from interval {n} gave {told:?} for interval {}, which Redis held \
+                     as {held:?} once closed",
+                    n - 1
+                );
+            }
+        }
+    }
+
+    /// No store answered with something that is not a flush reply.
+    pub fn assert_no_malformed_reply(&self) {
+        for record in &self.records {
+            if let FlushEnd::Failed { kind, .. } = &record.end {
+                assert_ne!(*kind, StoreErrorKind::Malformed, "{record:?}");
+            }
+        }
+    }
+
+    /// Every group total a counter showed came from a reply: the total of an interval before
+    /// some flush's interval.
+    pub fn assert_group_totals_came_from_replies(&self, shown: &BTreeSet<u64>) {
+        let given: BTreeSet<u64> = self
+            .records
+            .iter()
+            .filter_map(|r| r.reply().and_then(|reply| reply.previous_total))
+            .collect();
+        for total in shown {
+            assert!(
+                given.contains(total),
+                "a counter showed a group total of {total}, which no reply gave: {given:?}"
+            );
+        }
+    }
+
+    /// The checks had something to check: some flush applied, and at least `intervals`
+    /// intervals read from Redis.
+    pub fn assert_enough_evidence(&self, intervals: usize) {
+        let applied_total: u64 = self.applied().values().flat_map(|m| m.values()).sum();
+        assert!(applied_total > 0, "no flush was applied");
+        let highest = self.highest();
+        assert!(
+            highest.len() >= intervals,
+            "only {} intervals read from Redis, fewer than {intervals}: {highest:?}",
+            highest.len()
+        );
+    }
+
+    fn print_summary(&self) {
+        let applied = self.applied();
+        let highest = self.highest();
+        let count = |f: fn(&FlushRecord) -> bool| self.records.iter().filter(|r| f(r)).count();
+        let ports: BTreeSet<Option<u16>> = self.reads.iter().map(|r| r.port).collect();
+        let failures: Vec<usize> = self
+            .participants
+            .iter()
+            .map(|p| p.recorder.with_message("flush failed").len())
+            .collect();
+        eprintln!(
+            "{} flushes sent: {} replied, {} failed, {} cut off, {} in flight; {} intervals \
+             counted, {} read from Redis (ports {ports:?}), holding {}; {} applied of {} \
+             counted; flush failed by participant: {failures:?}",
+            self.records.len(),
+            count(|r| matches!(r.end, FlushEnd::Replied { .. })),
+            count(|r| matches!(r.end, FlushEnd::Failed { .. })),
+            count(|r| matches!(r.end, FlushEnd::Cut { .. })),
+            count(|r| matches!(r.end, FlushEnd::InFlight)),
+            applied.len(),
+            highest.len(),
+            highest.values().sum::<u64>(),
+            applied.values().flat_map(|m| m.values()).sum::<u64>(),
+            self.participants.iter().map(|p| p.counted).sum::<u64>(),
+        );
+    }
+
+    /// The events of every participant after `mark` with `message`, by participant.
+    pub fn since(&self, mark: &Mark, message: &str) -> Vec<Vec<Record>> {
+        self.participants
+            .iter()
+            .zip(&mark.0)
+            .map(|(p, from)| {
+                p.recorder.records()[*from..]
+                    .iter()
+                    .filter(|r| r.message == message)
+                    .cloned()
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Asserts that every participant reported `message` after `mark`.
+    pub fn assert_each_said(&self, mark: &Mark, message: &str) {
+        for (p, said) in self.participants.iter().zip(self.since(mark, message)) {
+            assert!(
+                !said.is_empty(),
+                "{} participant {} did not report {message:?}",
+                p.store,
+                p.id
+            );
+        }
+    }
+
+    /// Every `flush failed` any participant reported.
+    pub fn flush_failures(&self) -> Vec<Record> {
+        self.participants
+            .iter()
+            .flat_map(|p| p.recorder.with_message("flush failed"))
+            .collect()
+    }
+
+    /// Asserts that no participant gave up a flush that may have been applied: with the
+    /// default resend window, every unanswered flush is resent until it is settled, and only
+    /// flushes turned away (nothing written) are dropped.
+    pub fn assert_no_unanswered_flush_dropped(&self) {
+        for record in self.flush_failures() {
+            let error = record.attribute("error").unwrap_or_default();
+            assert!(
+                error.starts_with("store refused the flush")
+                    || error.starts_with("store turned the flush away"),
+                "a flush that may have been applied was dropped: {record:?}"
+            );
+        }
+    }
+
+    /// How many `script loaded` events the fleet reported after `mark`.
+    pub fn scripts_loaded_since(&self, mark: &Mark) -> usize {
+        self.since(mark, "script loaded").iter().map(Vec::len).sum()
+    }
+
+    /// Flushes sent (the copies the counter gave up on included) that came back as
+    /// duplicates of a copy applied before.
+    pub fn duplicates(&self) -> usize {
+        self.records
+            .iter()
+            .filter(|r| r.outcome() == Some(Outcome::Duplicate))
+            .count()
+    }
+}
