@@ -11,6 +11,7 @@ use comcount_fred::fred::interfaces::ClientLike;
 use comcount_fred::fred::types::{ClusterHash, CustomCommand};
 use comcount_redis_rs::RedisStore;
 use comcount_tests::connect;
+use comcount_tests::recording::{FlushRecords, RecordingStore};
 use comcount_tests::server::RedisServer;
 use comcount_tests::settings::{self, sleep};
 use tokio::task::JoinHandle;
@@ -42,19 +43,26 @@ struct Running {
     counter: Counter,
     worker: JoinHandle<()>,
     recorder: Recorder,
+    /// Every call the counter made to its store.
+    records: FlushRecords,
 }
 
 fn start<S: Store>(store: S) -> Running {
     let recorder = Recorder::new();
+    let records = FlushRecords::new();
     let (counter, worker) = Counter::builder("silence", settings::interval())
         .prefix(settings::unique_prefix("silence"))
         .diagnostics(recorder.clone())
-        .build(store, TokioTimer::new())
+        .build(
+            RecordingStore::new(store, 0, records.clone()),
+            TokioTimer::new(),
+        )
         .unwrap();
     Running {
         counter,
         worker: tokio::spawn(worker),
         recorder,
+        records,
     }
 }
 
@@ -78,6 +86,7 @@ async fn idle_and_closed_counters_send_nothing() {
     );
     for running in &counters {
         assert_eq!(running.recorder.messages(), ["counter started"]);
+        assert_eq!(running.records.tally().sent, 0, "an idle counter flushed");
     }
 
     // Incremented: both flush, until closed.
@@ -113,11 +122,21 @@ async fn idle_and_closed_counters_send_nothing() {
         .await
         .unwrap();
     let after_close = script_calls(server.port());
+    let flushes_at_close: Vec<u64> = counters.iter().map(|r| r.records.tally().sent).collect();
 
-    // Closed: counting goes on locally, nothing leaves the process.
+    // Closed: counting goes on locally, into the buffer, and nothing takes it from there.
+    let mut held = Vec::new();
     for running in &counters {
-        assert_eq!(running.counter.increment(1), running.counter.count());
         assert!(running.counter.is_closed());
+        let before = running.counter.buffered();
+        let count = running.counter.increment(5);
+        assert_eq!(
+            running.counter.buffered(),
+            before + 5,
+            "a closed counter did not keep its increment"
+        );
+        assert!(count >= before + 5, "the count {count} left out the buffer");
+        held.push(before + 5);
     }
     sleep(interval * 3).await;
     assert_eq!(
@@ -125,7 +144,17 @@ async fn idle_and_closed_counters_send_nothing() {
         after_close,
         "a closed counter ran the script"
     );
-    for running in &counters {
+    for ((running, held), flushes) in counters.iter().zip(held).zip(flushes_at_close) {
         assert_eq!(running.recorder.messages().last(), Some(&"counter stopped"));
+        assert_eq!(
+            running.counter.buffered(),
+            held,
+            "a closed counter's buffer was taken for a flush"
+        );
+        assert_eq!(
+            running.records.tally().sent,
+            flushes,
+            "a closed counter called its store"
+        );
     }
 }
