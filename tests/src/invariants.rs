@@ -419,21 +419,24 @@ impl Report {
             }
         }
         for (n, totals) in &previous {
+            // Interval 0 has none before it.
+            let Some(before) = n.checked_sub(1) else {
+                continue;
+            };
             assert_eq!(
                 totals.len(),
                 1,
-                "replies from interval {n} disagree on the total of interval {}: {totals:?}",
-                n - 1
+                "replies from interval {n} disagree on the total of interval {before}: \
+                 {totals:?}"
             );
             let told = totals.first().copied().flatten();
-            let held: BTreeSet<u64> = self.read_closed(n - 1).collect();
+            let held: BTreeSet<u64> = self.read_closed(before).collect();
             for value in &held {
                 assert_eq!(
                     told,
                     Some(*value),
-                    "replies from interval {n} gave {told:?} for interval {}, which Redis held \
-                     as {held:?} once closed",
-                    n - 1
+                    "replies from interval {n} gave {told:?} for interval {before}, which \
+                     Redis held as {held:?} once closed"
                 );
             }
         }
@@ -565,5 +568,151 @@ impl Report {
             .iter()
             .filter(|r| r.outcome() == Some(Outcome::Duplicate))
             .count()
+    }
+}
+
+/// The checker against stores that break the protocol on purpose: each invariant must fail.
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use comcount_core::clock::VirtualClock;
+    use comcount_core::diagnostics::{Diagnostics, Event, Reporter};
+    use comcount_core::{FlushReply, FlushRequest, MemoryStore, Store, StoreError};
+    use futures::FutureExt;
+
+    use super::*;
+    use crate::conformance::Requests;
+    use crate::recording::{FlushRecords, RecordingStore};
+
+    const INTERVAL: Duration = Duration::from_secs(60);
+
+    /// How a broken store breaks the protocol.
+    #[derive(Clone, Copy)]
+    enum Breakage {
+        /// None: the memory store as it is.
+        None,
+        /// Every flush is also written a second time, as another participant's.
+        WritesTwice,
+        /// The fence is never consulted: each flush is written as a new participant's.
+        NoFence,
+    }
+
+    struct Broken {
+        inner: MemoryStore<VirtualClock>,
+        breakage: Breakage,
+    }
+
+    impl Store for Broken {
+        fn name(&self) -> &str {
+            "broken"
+        }
+
+        fn flush(
+            &self,
+            request: &FlushRequest,
+            report: &Reporter,
+        ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+            let mut request = request.clone();
+            match self.breakage {
+                Breakage::None => {}
+                Breakage::WritesTwice => {
+                    let mut copy = request.clone();
+                    copy.participant = ParticipantId::random();
+                    let _ = self.inner.flush(&copy, report).now_or_never();
+                }
+                Breakage::NoFence => request.participant = ParticipantId::random(),
+            }
+            let reply = self.inner.flush(&request, report).now_or_never();
+            async move { reply.expect("the memory store answers at once") }
+        }
+    }
+
+    /// One participant sends `flushes` (sequence number, amount) in interval 0, each replied
+    /// to at once; Redis is read once the interval has closed.
+    fn report(breakage: Breakage, flushes: &[(u64, u64)], counted: u64) -> Report {
+        let memory = MemoryStore::with_clock(VirtualClock::new());
+        let records = FlushRecords::new();
+        let store = RecordingStore::new(
+            Broken {
+                inner: memory.clone(),
+                breakage,
+            },
+            0,
+            records.clone(),
+        );
+        let requests = Requests::fresh(INTERVAL);
+        let id = ParticipantId::random();
+        let recorder = Recorder::new();
+        let report = Reporter::new("invariants", Arc::new(recorder.clone()));
+        for &(seq, amount) in flushes {
+            let reply = store
+                .flush(&requests.flush(id, seq, amount, 0), &report)
+                .now_or_never()
+                .unwrap()
+                .unwrap();
+            if reply.outcome.is_counted() {
+                recorder.record(
+                    "invariants",
+                    &Event::FlushCompleted {
+                        interval: 0,
+                        amount,
+                        count: amount,
+                    },
+                );
+            }
+        }
+        let read = Read {
+            interval: 0,
+            value: memory.total(&requests.interval_key(0)),
+            at_ms: 2 * u64::try_from(INTERVAL.as_millis()).unwrap(),
+            port: None,
+        };
+        Report::new(
+            INTERVAL,
+            records.records(),
+            vec![read],
+            vec![Participant {
+                id,
+                store: "broken".to_owned(),
+                recorder,
+                counted,
+                buffered: 0,
+            }],
+        )
+    }
+
+    #[test]
+    fn a_store_that_keeps_the_protocol_passes() {
+        // The second flush is fenced: the participant added to interval 0 already.
+        let report = report(Breakage::None, &[(1, 3), (2, 4)], 3 + 4);
+        assert_eq!(report.records().len(), 2);
+        report.assert_all(Writes::Kept);
+        report.assert_enough_evidence(1);
+    }
+
+    #[test]
+    #[should_panic(expected = "more than its participants sent to it")]
+    fn an_interval_written_twice_is_overstated() {
+        report(Breakage::WritesTwice, &[(1, 3)], 3).assert_no_interval_overstated();
+    }
+
+    #[test]
+    #[should_panic(expected = "was applied twice")]
+    fn a_flush_past_a_missing_fence_is_applied_twice() {
+        report(Breakage::NoFence, &[(1, 3), (1, 3)], 3).assert_each_flush_applied_at_most_once();
+    }
+
+    #[test]
+    #[should_panic(expected = "added to interval 0 twice")]
+    fn two_flushes_past_a_missing_fence_add_twice_to_an_interval() {
+        report(Breakage::NoFence, &[(1, 3), (2, 4)], 7)
+            .assert_each_participant_adds_to_an_interval_at_most_once();
+    }
+
+    #[test]
+    #[should_panic(expected = "neither counted by the store, dropped, unsent")]
+    fn units_that_went_nowhere_are_not_accounted_for() {
+        report(Breakage::None, &[(1, 3)], 10).assert_every_unit_accounted_for();
     }
 }
