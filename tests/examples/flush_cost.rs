@@ -635,7 +635,8 @@ fn print_fleets(fleets: &[FleetRow], baseline: &Baseline) {
     println!(
         "What became of the flushes sent in the window, per 100 sent ('cut off' is a flush the \
          counter stopped waiting for, after its timeout; 'in flight' one still unanswered at \
-         the window's end):"
+         the window's end; the ends in the window include those of flushes sent just before \
+         it, so a row may add up to a little over 100):"
     );
     println!();
     println!(
