@@ -5,6 +5,7 @@
 //! Faults act on what the server sends back, since that is where a client loses track of
 //! whether its command ran.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 /// What to do with the next reply bytes from the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,34 +171,48 @@ async fn relay(
     };
     let replies = async {
         let mut buf = vec![0u8; 64 * 1024];
+        // Replies read but not yet due, in order: each is held back from when it was read, so
+        // that a stream of replies is delayed, not spaced out by the delay.
+        let mut held: VecDeque<(Instant, Vec<u8>, ReplyFault)> = VecDeque::new();
+        let mut open = true;
         loop {
-            let n = match server_read.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            let (delay, fault) = {
-                let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
-                let fault = std::mem::replace(&mut s.fault, ReplyFault::None);
-                (s.delay, fault)
-            };
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            match fault {
-                ReplyFault::None => {
-                    if client_write.write_all(&buf[..n]).await.is_err() {
-                        return;
+            let due = held.front().map(|(due, _, _)| *due);
+            tokio::select! {
+                read = server_read.read(&mut buf), if open => match read {
+                    Ok(0) | Err(_) => open = false,
+                    Ok(n) => {
+                        let (delay, fault) = {
+                            let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+                            let fault = std::mem::replace(&mut s.fault, ReplyFault::None);
+                            (s.delay, fault)
+                        };
+                        held.push_back((Instant::now() + delay, buf[..n].to_vec(), fault));
+                    }
+                },
+                () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                    let Some((_, bytes, fault)) = held.pop_front() else {
+                        continue;
+                    };
+                    match fault {
+                        ReplyFault::None => {
+                            if client_write.write_all(&bytes).await.is_err() {
+                                return;
+                            }
+                        }
+                        ReplyFault::Swallow => {
+                            faults_done.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                        ReplyFault::CutHalfway => {
+                            let _ = client_write.write_all(&bytes[..bytes.len().div_ceil(2)]).await;
+                            faults_done.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
                     }
                 }
-                ReplyFault::Swallow => {
-                    faults_done.fetch_add(1, Ordering::SeqCst);
-                    return;
-                }
-                ReplyFault::CutHalfway => {
-                    let _ = client_write.write_all(&buf[..n.div_ceil(2)]).await;
-                    faults_done.fetch_add(1, Ordering::SeqCst);
-                    return;
-                }
+            }
+            if !open && held.is_empty() {
+                return;
             }
         }
     };
@@ -294,5 +310,23 @@ mod tests {
         let started = std::time::Instant::now();
         assert_eq!(roundtrip(&mut stream, b"slow").await, b"slow");
         assert!(started.elapsed() >= Duration::from_millis(30));
+    }
+
+    #[tokio::test]
+    async fn delays_a_stream_of_replies_without_spacing_them_out() {
+        let proxy = Proxy::start(echo_server().await).await.unwrap();
+        let mut stream = TcpStream::connect(proxy.address()).await.unwrap();
+        proxy.delay_replies(Duration::from_millis(100));
+        let started = std::time::Instant::now();
+        for word in [b"a", b"b", b"c"] {
+            stream.write_all(word).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut buf = [0u8; 3];
+        stream.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"abc");
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(140), "{took:?}");
+        assert!(took < Duration::from_millis(250), "{took:?}");
     }
 }
