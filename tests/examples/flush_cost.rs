@@ -315,9 +315,12 @@ async fn baseline(port: u16, stats: &mut MultiplexedConnection) -> Baseline {
         .expect("the clock is past 1970")
         .as_millis() as u64;
     let n = now_ms / interval_ms;
+    // The keys of FlushRequest::keys: intervals n-2 ..= n+1, then the fence.
     let keys = [
-        format!("bench:{{flush}}:{n}"),
+        format!("bench:{{flush}}:{}", n - 2),
         format!("bench:{{flush}}:{}", n - 1),
+        format!("bench:{{flush}}:{n}"),
+        format!("bench:{{flush}}:{}", n + 1),
         "bench:{flush}:f:__rand_int__".to_owned(),
     ];
     let args = [
@@ -327,12 +330,13 @@ async fn baseline(port: u16, stats: &mut MultiplexedConnection) -> Baseline {
         n.to_string(),
         "600000".to_owned(),
     ];
-    let mut command = vec!["evalsha", flush_sha.as_str(), "3"];
+    let key_count = keys.len().to_string();
+    let mut command = vec!["evalsha", flush_sha.as_str(), key_count.as_str()];
     command.extend(keys.iter().map(String::as_str));
     command.extend(args.iter().map(String::as_str));
     let flush_args = command[2..].join(" ");
     let flush_script = benchmark(port, stats, "evalsha", &command).await;
-    let applied: u64 = stats.get(&keys[0]).await.expect("GET answers");
+    let applied: u64 = stats.get(&keys[2]).await.expect("GET answers");
     assert!(
         applied * 100 >= BENCHMARK_REQUESTS * 99,
         "only {applied} of the flush script's calls were applied"
