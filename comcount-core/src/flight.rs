@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::future::{AbortHandle, Abortable};
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::task::noop_waker_ref;
 
@@ -19,7 +20,8 @@ use crate::diagnostics::Reporter;
 use crate::error::StoreError;
 use crate::store::{FlushReply, FlushRequest, Store};
 
-/// The most copies of one flush awaited at once; past it, no copy is added until one answers.
+/// The most copies of one flush awaited at once; a copy sent past it stops the wait for the
+/// oldest (which may still land, once).
 const MAX_COPIES: usize = 4;
 
 /// One copy's answer.
@@ -29,13 +31,13 @@ pub(crate) struct Answer {
     pub(crate) result: Result<FlushReply, StoreError>,
 }
 
-type Copy = Pin<Box<dyn Future<Output = Answer> + Send>>;
+type Copy = Abortable<Pin<Box<dyn Future<Output = Answer> + Send>>>;
 
 #[derive(Default)]
 pub(crate) struct Flight {
     copies: FuturesUnordered<Copy>,
-    /// When each copy still awaited was sent.
-    awaited: Vec<Duration>,
+    /// When each copy still awaited was sent, and how to stop waiting for it.
+    awaited: Vec<(Duration, AbortHandle)>,
     /// When the last copy was sent.
     last_sent: Option<Duration>,
     /// Whether some copy may have been applied without this flush hearing of it: one that
@@ -59,7 +61,7 @@ impl Flight {
         let store = Arc::clone(store);
         let request = request.clone();
         let report = report.clone();
-        let mut copy: Copy = Box::pin(async move {
+        let mut copy: Pin<Box<dyn Future<Output = Answer> + Send>> = Box::pin(async move {
             let result = store.flush(&request, &report).await;
             Answer { sent: now, result }
         });
@@ -70,42 +72,61 @@ impl Flight {
         {
             Poll::Ready(answer) => Some(answer),
             Poll::Pending => {
-                self.copies.push(copy);
-                self.awaited.push(now);
+                if self.awaited.len() >= MAX_COPIES {
+                    self.stop_awaiting_oldest();
+                }
+                let (abort, registration) = AbortHandle::new_pair();
+                self.copies.push(Abortable::new(copy, registration));
+                self.awaited.push((now, abort));
                 None
             }
         }
     }
 
+    /// Stops waiting for the oldest copy: it may still land, unheard of.
+    fn stop_awaiting_oldest(&mut self) {
+        let oldest = (0..self.awaited.len()).min_by_key(|&i| self.awaited[i].0);
+        if let Some(i) = oldest {
+            let (_, abort) = self.awaited.swap_remove(i);
+            abort.abort();
+            self.maybe_counted = true;
+        }
+    }
+
     /// The next answer of a copy still awaited; pending forever when none is.
     pub(crate) async fn next_answer(&mut self) -> Answer {
-        if self.copies.is_empty() {
-            return std::future::pending().await;
+        loop {
+            if self.copies.is_empty() {
+                return std::future::pending().await;
+            }
+            // A copy no longer awaited (`Aborted`) is already accounted for.
+            if let Some(Ok(answer)) = self.copies.next().await {
+                if let Some(at) = self
+                    .awaited
+                    .iter()
+                    .position(|(sent, _)| *sent == answer.sent)
+                {
+                    self.awaited.swap_remove(at);
+                }
+                return answer;
+            }
         }
-        let answer = self
-            .copies
-            .next()
-            .await
-            .unwrap_or_else(|| unreachable!("a copy is awaited"));
-        if let Some(at) = self.awaited.iter().position(|sent| *sent == answer.sent) {
-            self.awaited.swap_remove(at);
-        }
-        answer
     }
 
     /// Whether some copy is still awaited.
     pub(crate) fn awaiting(&self) -> bool {
-        !self.copies.is_empty()
+        !self.awaited.is_empty()
     }
 
-    /// Whether another copy may be added to those awaited.
-    pub(crate) fn has_room(&self) -> bool {
-        self.copies.len() < MAX_COPIES
+    /// Whether a copy sent after `sent` is still awaited: its answer will say more than the
+    /// one just come.
+    pub(crate) fn newer_awaited(&self, sent: Duration) -> bool {
+        self.awaited.iter().any(|(at, _)| *at > sent)
     }
 
     /// When the oldest copy still awaited was sent.
     pub(crate) fn oldest_awaited(&self) -> Option<Duration> {
-        self.awaited.iter().min().copied()
+        self.awaited.iter().map(|(sent, _)| *sent).min()
     }
 
     /// When the last copy was sent, if any was.
@@ -123,7 +144,7 @@ impl Flight {
     /// That settles what the copies did when they ran, not what a client may still do with
     /// them: one that replays a command it already had an answer to would run it again.
     pub(crate) fn all_answered_unapplied(&self) -> bool {
-        !self.maybe_counted && self.copies.is_empty()
+        !self.maybe_counted && self.awaited.is_empty()
     }
 
     /// Whether no copy was or can ever be applied, given that this participant's fence holds

@@ -291,7 +291,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             // The last copy went unanswered for the timeout: it may land yet, or never.
             flight.may_have_counted();
             self.round_trip.back_off();
-            if flight.has_room() && plan.refusal.is_none() {
+            if plan.refusal.is_none() {
                 plan.next_copy = Some((now, Why::Resend));
             }
         }
@@ -317,7 +317,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                     wait = wait.max(round_trip);
                 }
                 plan.last_error = Some(error);
-                self.plan_copy(flight, plan, now + wait, Why::Resend);
+                self.plan_copy(flight, plan, answer.sent, now + wait, Why::Resend);
                 return None;
             }
         };
@@ -351,21 +351,30 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                     .aim
                     .delay_to_aim(now, self.last_added)
                     .unwrap_or(self.settings.interval);
-                self.plan_copy(flight, plan, now + wait, Why::Retarget);
+                self.plan_copy(flight, plan, answer.sent, now + wait, Why::Retarget);
             }
             Outcome::WrongInterval => {
                 plan.wrong_in_a_row += 1;
                 let wait = self.after_wrong_interval(now, &mut plan.wrong_in_a_row);
-                self.plan_copy(flight, plan, now + wait, Why::Retarget);
+                self.plan_copy(flight, plan, answer.sent, now + wait, Why::Retarget);
             }
         }
         None
     }
 
-    /// Plans the next copy for `at`, unless the flush is refused or a copy is still awaited
-    /// (whose timeout decides then).
-    fn plan_copy(&self, flight: &Flight, plan: &mut Plan, at: Duration, why: Why) {
-        if plan.refusal.is_none() && !flight.awaiting() {
+    /// Plans the next copy for `at`, after an answer to the copy sent at `answered`: unless
+    /// the flush is refused, or a copy sent later is still awaited (its answer, or its
+    /// timeout, decides then). Older copies still awaited do not hold it back: the store
+    /// answered a later one, so they are likely lost, and each answer adds one copy at most.
+    fn plan_copy(
+        &self,
+        flight: &Flight,
+        plan: &mut Plan,
+        answered: Duration,
+        at: Duration,
+        why: Why,
+    ) {
+        if plan.refusal.is_none() && !flight.newer_awaited(answered) {
             plan.next_copy = Some((at, why));
         }
     }
