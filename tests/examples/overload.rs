@@ -1,0 +1,663 @@
+//! Overload: many counters (one per tenant) on one shared redis-rs `MultiplexedConnection` to
+//! one Redis, asking for more flushes than the store can serve.
+//!
+//! On a redis-server of its own it measures, in one run:
+//!
+//! 1. **Capacity.** A closed loop at saturation on the same client path: 256 tasks on one
+//!    shared multiplexed connection, each sending the flush script through `RedisStore` and
+//!    sending the next as soon as its reply comes. Every call is applied (a fresh participant
+//!    per call, an interval of 1000 days). Applied flushes per second is the capacity; it is
+//!    measured before and after the sweep.
+//! 2. **Sweep.** 2 000, 5 000, 10 000 and 20 000 counters with a 100 ms interval, each
+//!    incremented every 10 ms, under the default rules and then under `original_rules()`, each
+//!    on a fresh shared connection. After a warm-up, over a window it reports flushes asked
+//!    (counters × intervals), applied (`flush completed`), resent copies (copies of a flush
+//!    beyond its first), wrong-interval replies and error replies (counted in a wrapping
+//!    `Store`), Redis CPU per applied flush (`INFO cpu`), the share of counters that know the
+//!    group's total (sampled every 100 ms), the longest gap between two applied flushes of any
+//!    counter, and the applied rate against the capacity.
+//!
+//! redis-rs gives a `MultiplexedConnection` a response timeout of 500 ms by default
+//! (`redis::AsyncConnectionConfig`); with thousands of commands queued on one connection it
+//! turns waiting into errors. The example sets none, so that only the counters decide when a
+//! reply is late; `--response-timeout-ms 500` restores the default.
+//!
+//! ```sh
+//! cargo run -p comcount-tests --release --example overload
+//! cargo run -p comcount-tests --release --example overload -- --counters 2000,20000 --seconds 10
+//! ```
+//!
+//! Flags: `--counters` (`2000,5000,10000,20000`), `--interval-ms` (100), `--warmup-s` (3),
+//! `--seconds` measured per setting (12), `--response-timeout-ms` (`none`). A run at the
+//! defaults takes about three minutes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use comcount_core::clock::TokioTimer;
+use comcount_core::diagnostics::{Diagnostics, Event, Reporter};
+use comcount_core::{
+    Builder, Counter, FlushReply, FlushRequest, Outcome, ParticipantId, Store, StoreError,
+};
+use comcount_redis_rs::RedisStore;
+use comcount_tests::server::RedisServer;
+use redis::AsyncConnectionConfig;
+use redis::aio::MultiplexedConnection;
+
+/// Tasks in the capacity loop, each with one flush in flight.
+const CAPACITY_TASKS: usize = 256;
+/// How long the capacity loop is measured, after a second of warm-up.
+const CAPACITY_WINDOW: Duration = Duration::from_secs(5);
+/// How often every counter is incremented.
+const TOUCH_EVERY: Duration = Duration::from_millis(10);
+/// How often every counter is asked whether it knows the group's total.
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
+struct Settings {
+    counters: Vec<usize>,
+    interval: Duration,
+    warmup: Duration,
+    window: Duration,
+    response_timeout: Option<Duration>,
+}
+
+impl Settings {
+    fn from_args() -> Self {
+        let mut settings = Self {
+            counters: vec![2_000, 5_000, 10_000, 20_000],
+            interval: Duration::from_millis(100),
+            warmup: Duration::from_secs(3),
+            window: Duration::from_secs(12),
+            response_timeout: None,
+        };
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        for pair in args.chunks(2) {
+            let value = pair.get(1).map(String::as_str).unwrap_or_default();
+            let number = || -> u64 {
+                value
+                    .parse()
+                    .unwrap_or_else(|_| panic!("bad value {value:?} for {}", pair[0]))
+            };
+            match pair[0].as_str() {
+                "--counters" => {
+                    settings.counters = value
+                        .split(',')
+                        .map(|n| n.parse().expect("--counters takes numbers"))
+                        .collect()
+                }
+                "--interval-ms" => settings.interval = Duration::from_millis(number()),
+                "--warmup-s" => settings.warmup = Duration::from_secs(number()),
+                "--seconds" => settings.window = Duration::from_secs(number()),
+                "--response-timeout-ms" => {
+                    settings.response_timeout =
+                        (value != "none").then(|| Duration::from_millis(number()))
+                }
+                flag => panic!(
+                    "unknown flag {flag}; use --counters, --interval-ms, --warmup-s, --seconds, \
+                     --response-timeout-ms"
+                ),
+            }
+        }
+        settings
+    }
+
+    fn timeout_label(&self) -> String {
+        self.response_timeout
+            .map_or("none".to_owned(), |t| format!("{} ms", t.as_millis()))
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Rules {
+    Default,
+    Original,
+}
+
+impl Rules {
+    fn configure(self, builder: Builder) -> Builder {
+        match self {
+            Rules::Default => builder,
+            Rules::Original => builder.original_rules(),
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Rules::Default => "default",
+            Rules::Original => "original",
+        }
+    }
+}
+
+/// One shared multiplexed connection with the chosen response timeout.
+async fn connect(url: &str, response_timeout: Option<Duration>) -> MultiplexedConnection {
+    let config = AsyncConnectionConfig::new().set_response_timeout(response_timeout);
+    redis::Client::open(url)
+        .expect("a valid URL")
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
+}
+
+// Redis's own figures.
+
+/// The `key:value` lines of one `INFO` section.
+async fn info(stats: &mut MultiplexedConnection, section: &str) -> HashMap<String, String> {
+    let text: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(stats)
+        .await
+        .expect("INFO answers");
+    text.lines()
+        .filter_map(|line| line.split_once(':'))
+        .map(|(k, v)| (k.to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+/// Redis's used_cpu_sys + used_cpu_user, in seconds.
+async fn redis_cpu(stats: &mut MultiplexedConnection) -> f64 {
+    let cpu = info(stats, "cpu").await;
+    let number = |key: &str| -> f64 {
+        cpu.get(key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("INFO cpu has no {key}"))
+    };
+    number("used_cpu_sys") + number("used_cpu_user")
+}
+
+/// `EVALSHA` calls so far, from `INFO commandstats`.
+async fn evalsha_calls(stats: &mut MultiplexedConnection) -> u64 {
+    info(stats, "commandstats")
+        .await
+        .get("cmdstat_evalsha")
+        .and_then(|v| {
+            v.split(',')
+                .find_map(|part| part.strip_prefix("calls="))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Waits until Redis has worked off what earlier runs queued: no `EVALSHA` for 300 ms.
+async fn until_idle(stats: &mut MultiplexedConnection) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = evalsha_calls(stats).await;
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = evalsha_calls(stats).await;
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+// 1. Capacity: a closed loop at saturation.
+
+struct Quiet;
+
+impl Diagnostics for Quiet {
+    fn record(&self, _counter: &str, _event: &Event<'_>) {}
+}
+
+struct Capacity {
+    applied_per_s: f64,
+    cpu_per_applied_us: f64,
+}
+
+/// Applied flushes per second when every reply is followed at once by the next flush.
+async fn capacity(url: &str, stats: &mut MultiplexedConnection) -> Capacity {
+    let store = Arc::new(RedisStore::new(connect(url, None).await));
+    let report = Reporter::new("capacity", Arc::new(Quiet));
+    let interval_ms: u64 = 1000 * 86_400_000;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is past 1970")
+        .as_millis() as u64;
+    let request = FlushRequest {
+        key_base: Arc::from("capacity:{c}"),
+        participant: ParticipantId::random(),
+        seq: 1,
+        amount: 1,
+        interval_ms,
+        expect: now_ms / interval_ms,
+        fence_ttl_ms: 60_000,
+    };
+    let applied = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..CAPACITY_TASKS {
+        let (store, report, applied, stop) = (
+            Arc::clone(&store),
+            report.clone(),
+            Arc::clone(&applied),
+            Arc::clone(&stop),
+        );
+        let mut request = request.clone();
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                // A new participant each time, so that no call is fenced.
+                request.participant = ParticipantId::random();
+                let reply = store.flush(&request, &report).await.expect("a reply");
+                if reply.outcome == Outcome::Applied {
+                    applied.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (start, cpu_before, applied_before) = (
+        Instant::now(),
+        redis_cpu(stats).await,
+        applied.load(Ordering::Relaxed),
+    );
+    tokio::time::sleep(CAPACITY_WINDOW).await;
+    let count = applied.load(Ordering::Relaxed) - applied_before;
+    let (seconds, cpu_after) = (start.elapsed().as_secs_f64(), redis_cpu(stats).await);
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.expect("a capacity task ends");
+    }
+    Capacity {
+        applied_per_s: count as f64 / seconds,
+        cpu_per_applied_us: (cpu_after - cpu_before) * 1e6 / count.max(1) as f64,
+    }
+}
+
+// 2. The sweep.
+
+/// What every counter of a run did, from the store wrapper and the events.
+#[derive(Default)]
+struct Tally {
+    copies: AtomicU64,
+    resent: AtomicU64,
+    wrong_interval: AtomicU64,
+    errors: AtomicU64,
+    applied: AtomicU64,
+    dropped: AtomicU64,
+    unsettled: AtomicU64,
+    slow_raised: AtomicU64,
+}
+
+#[derive(Clone, Copy)]
+struct Reading([u64; 8]);
+
+impl Tally {
+    fn read(&self) -> Reading {
+        Reading(
+            [
+                &self.copies,
+                &self.resent,
+                &self.wrong_interval,
+                &self.errors,
+                &self.applied,
+                &self.dropped,
+                &self.unsettled,
+                &self.slow_raised,
+            ]
+            .map(|a| a.load(Ordering::Relaxed)),
+        )
+    }
+}
+
+impl Reading {
+    fn since(self, before: Reading) -> Reading {
+        Reading(std::array::from_fn(|i| self.0[i] - before.0[i]))
+    }
+}
+
+/// When each counter last had a flush applied, and its longest gap so far, in ms since the
+/// run started; gaps count only from the window's start.
+struct Gaps {
+    started: Instant,
+    window_start_ms: AtomicU64,
+    last_ms: Vec<AtomicU64>,
+    longest_ms: Vec<AtomicU64>,
+}
+
+impl Gaps {
+    fn new(counters: usize) -> Self {
+        Self {
+            started: Instant::now(),
+            window_start_ms: AtomicU64::new(u64::MAX),
+            last_ms: (0..counters).map(|_| AtomicU64::new(0)).collect(),
+            longest_ms: (0..counters).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn open_window(&self) {
+        self.window_start_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Notes an applied flush of counter `i` at `now` (ms).
+    fn applied(&self, i: usize, now: u64) {
+        let window_start = self.window_start_ms.load(Ordering::Relaxed);
+        let last = self.last_ms[i].swap(now, Ordering::Relaxed);
+        if now > window_start {
+            let gap = now - last.max(window_start);
+            self.longest_ms[i].fetch_max(gap, Ordering::Relaxed);
+        }
+    }
+
+    /// Each counter's longest gap in the window that ends now, the one still open included.
+    fn close_window(&self) -> Vec<u64> {
+        let (now, window_start) = (self.now_ms(), self.window_start_ms.load(Ordering::Relaxed));
+        self.last_ms
+            .iter()
+            .zip(&self.longest_ms)
+            .map(|(last, longest)| {
+                let open = now - last.load(Ordering::Relaxed).max(window_start);
+                longest.load(Ordering::Relaxed).max(open)
+            })
+            .collect()
+    }
+}
+
+/// Diagnostics of counter `index`: into the run's tally and gaps.
+struct Tallied {
+    index: usize,
+    tally: Arc<Tally>,
+    gaps: Arc<Gaps>,
+}
+
+impl Diagnostics for Tallied {
+    fn record(&self, _counter: &str, event: &Event<'_>) {
+        let t = &self.tally;
+        match event {
+            Event::FlushCompleted { .. } => {
+                t.applied.fetch_add(1, Ordering::Relaxed);
+                self.gaps.applied(self.index, self.gaps.now_ms());
+            }
+            Event::FlushFailed { dropped, .. } => {
+                t.dropped.fetch_add(*dropped, Ordering::Relaxed);
+            }
+            Event::FlushUnsettled { amount, .. } => {
+                t.unsettled.fetch_add(*amount, Ordering::Relaxed);
+            }
+            Event::RoundTripSlow { .. } => {
+                t.slow_raised.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// One counter's store: the shared connection, counting copies and replies.
+struct Counting {
+    inner: RedisStore<MultiplexedConnection>,
+    tally: Arc<Tally>,
+    /// The sequence number of the last flush sent: a copy with the same one is a resend.
+    last_seq: AtomicU64,
+}
+
+impl Store for Counting {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn flush(
+        &self,
+        request: &FlushRequest,
+        report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        self.tally.copies.fetch_add(1, Ordering::Relaxed);
+        if self.last_seq.swap(request.seq, Ordering::Relaxed) == request.seq {
+            self.tally.resent.fetch_add(1, Ordering::Relaxed);
+        }
+        let flush = self.inner.flush(request, report);
+        let tally = Arc::clone(&self.tally);
+        async move {
+            let result = flush.await;
+            match &result {
+                Ok(reply) if reply.outcome == Outcome::WrongInterval => {
+                    tally.wrong_interval.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    tally.errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            result
+        }
+    }
+}
+
+struct Row {
+    counters: usize,
+    rules: Rules,
+    seconds: f64,
+    counts: Reading,
+    redis_cpu: f64,
+    evalsha: u64,
+    known: f64,
+    longest_gap_ms: u64,
+    p99_gap_ms: u64,
+}
+
+/// Builds `n` counters on one fresh shared connection, drives them, and measures the window.
+async fn run(
+    url: &str,
+    stats: &mut MultiplexedConnection,
+    settings: &Settings,
+    n: usize,
+    rules: Rules,
+) -> Row {
+    let connection = connect(url, settings.response_timeout).await;
+    let tally = Arc::new(Tally::default());
+    let gaps = Arc::new(Gaps::new(n));
+    let prefix = format!("overload:{}:{n}:", rules.label());
+    let mut counters = Vec::with_capacity(n);
+    for index in 0..n {
+        let store = Counting {
+            inner: RedisStore::new(connection.clone()),
+            tally: Arc::clone(&tally),
+            last_seq: AtomicU64::new(0),
+        };
+        let diagnostics = Tallied {
+            index,
+            tally: Arc::clone(&tally),
+            gaps: Arc::clone(&gaps),
+        };
+        let builder = Counter::builder(format!("tenant{index}"), settings.interval)
+            .prefix(prefix.as_str())
+            .diagnostics(diagnostics);
+        let (counter, worker) = rules
+            .configure(builder)
+            .build(store, TokioTimer::new())
+            .expect("valid settings");
+        tokio::spawn(worker);
+        counters.push(counter);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let driver = tokio::spawn(drive(counters.clone(), Arc::clone(&stop)));
+    tokio::time::sleep(settings.warmup).await;
+
+    gaps.open_window();
+    let before = tally.read();
+    let (start, cpu_before, evalsha_before) = (
+        Instant::now(),
+        redis_cpu(stats).await,
+        evalsha_calls(stats).await,
+    );
+    let known = sample_known(&counters, settings.window).await;
+    let (seconds, cpu_after, evalsha_after) = (
+        start.elapsed().as_secs_f64(),
+        redis_cpu(stats).await,
+        evalsha_calls(stats).await,
+    );
+    let counts = tally.read().since(before);
+    let mut longest = gaps.close_window();
+
+    stop.store(true, Ordering::Relaxed);
+    driver.await.expect("the driver ends");
+    for counter in &counters {
+        counter.close();
+    }
+    drop(connection);
+    longest.sort_unstable();
+    Row {
+        counters: n,
+        rules,
+        seconds,
+        counts,
+        redis_cpu: cpu_after - cpu_before,
+        evalsha: evalsha_after - evalsha_before,
+        known,
+        longest_gap_ms: longest.last().copied().unwrap_or(0),
+        p99_gap_ms: longest[(longest.len() * 99 / 100).min(longest.len() - 1)],
+    }
+}
+
+/// Increments every counter every few ms, so that each has something to flush every interval.
+async fn drive(counters: Vec<Counter>, stop: Arc<AtomicBool>) {
+    let mut ticks = tokio::time::interval(TOUCH_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !stop.load(Ordering::Relaxed) {
+        ticks.tick().await;
+        for counter in &counters {
+            counter.increment(1);
+        }
+    }
+}
+
+/// The share of (sample, counter) pairs in which the counter knew the group's total.
+async fn sample_known(counters: &[Counter], window: Duration) -> f64 {
+    let deadline = Instant::now() + window;
+    let (mut known, mut samples) = (0u64, 0u64);
+    let mut ticks = tokio::time::interval(SAMPLE_EVERY);
+    while Instant::now() < deadline {
+        ticks.tick().await;
+        for counter in counters {
+            known += u64::from(counter.group_total().is_some());
+            samples += 1;
+        }
+    }
+    known as f64 / samples.max(1) as f64
+}
+
+// Printing.
+
+fn print_capacity(before: &Capacity, after: &Capacity) {
+    println!("## Capacity: closed loop on one shared multiplexed connection");
+    println!();
+    println!(
+        "{CAPACITY_TASKS} tasks, each sending the flush script through `RedisStore` as soon as \
+         its last reply came; every call applied. {} s measured after 1 s.",
+        CAPACITY_WINDOW.as_secs()
+    );
+    println!();
+    println!("| when | applied/s | Redis CPU µs/applied |");
+    println!("| --- | ---: | ---: |");
+    for (when, c) in [("before the sweep", before), ("after the sweep", after)] {
+        println!(
+            "| {when} | {:.0} | {:.1} |",
+            c.applied_per_s, c.cpu_per_applied_us
+        );
+    }
+    println!();
+}
+
+fn print_header(settings: &Settings) {
+    println!(
+        "## Sweep: {} ms interval, every counter incremented every {} ms, one shared \
+         connection, response timeout {}",
+        settings.interval.as_millis(),
+        TOUCH_EVERY.as_millis(),
+        settings.timeout_label()
+    );
+    println!();
+    println!(
+        "| counters | rule | asked/s | applied/s | applied/asked | applied/capacity | copies/s | resent copies | wrong-interval replies | error replies | EVALSHA/s | Redis CPU µs/applied | total known | longest gap (p99 of counters) | dropped | unsettled | `round trip slow` raised |"
+    );
+    println!(
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+}
+
+fn print_row(row: &Row, interval: Duration, capacity: f64) {
+    let [
+        copies,
+        resent,
+        wrong,
+        errors,
+        applied,
+        dropped,
+        unsettled,
+        slow,
+    ] = row.counts.0;
+    let per_s = |n: u64| n as f64 / row.seconds;
+    let asked = row.counters as f64 / interval.as_secs_f64();
+    let in_intervals = |ms: u64| ms as f64 / interval.as_millis() as f64;
+    println!(
+        "| {} | {} | {:.0} | {:.0} | {:.1}% | {:.2} | {:.0} | {} ({:.1}%) | {} ({:.1}%) | {} | {:.0} | {:.1} | {:.1}% | {:.1} ({:.1}) intervals | {} | {} | {} |",
+        row.counters,
+        row.rules.label(),
+        asked,
+        per_s(applied),
+        100.0 * per_s(applied) / asked,
+        per_s(applied) / capacity,
+        per_s(copies),
+        resent,
+        100.0 * resent as f64 / copies.max(1) as f64,
+        wrong,
+        100.0 * wrong as f64 / copies.max(1) as f64,
+        errors,
+        per_s(row.evalsha),
+        row.redis_cpu * 1e6 / applied.max(1) as f64,
+        100.0 * row.known,
+        in_intervals(row.longest_gap_ms),
+        in_intervals(row.p99_gap_ms),
+        dropped,
+        unsettled,
+        slow,
+    );
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let settings = Settings::from_args();
+    let server = RedisServer::standalone();
+    let url = server.url();
+    let mut stats = connect(&url, Some(Duration::from_secs(30))).await;
+    println!(
+        "Redis 127.0.0.1:{}, load average {} at the start",
+        server.port(),
+        load_average()
+    );
+    println!();
+    let before = capacity(&url, &mut stats).await;
+    until_idle(&mut stats).await;
+    let mut rows = Vec::new();
+    for &n in &settings.counters {
+        for rules in [Rules::Default, Rules::Original] {
+            rows.push(run(&url, &mut stats, &settings, n, rules).await);
+            until_idle(&mut stats).await;
+            eprintln!("{n} counters, {}: done", rules.label());
+        }
+    }
+    let after = capacity(&url, &mut stats).await;
+    let reference = (before.applied_per_s + after.applied_per_s) / 2.0;
+    print_capacity(&before, &after);
+    print_header(&settings);
+    for row in &rows {
+        print_row(row, settings.interval, reference);
+    }
+    println!();
+    println!(
+        "applied/capacity is against the mean of the two capacity runs, {reference:.0} applied/s. \
+         Load average {} at the end.",
+        load_average()
+    );
+}
