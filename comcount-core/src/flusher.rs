@@ -51,6 +51,8 @@ pub(crate) struct Flusher<S, T> {
     request: FlushRequest,
     /// The last interval this participant is known to have added to.
     last_added: Option<u64>,
+    /// Spreads participants that cannot add to every interval over different ones.
+    spread: fastrand::Rng,
 }
 
 /// What became of one flush.
@@ -127,6 +129,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 fence_ttl_ms: settings.fence_ttl_ms,
             },
             last_added: None,
+            spread: fastrand::Rng::with_seed(participant.as_u64() ^ first_seq),
             shared,
             store: Arc::new(store),
             timer,
@@ -149,7 +152,11 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     }
 
     /// How long to wait before the next flush.
-    fn pause(&self, settled: &Settled) -> Duration {
+    ///
+    /// A participant whose round trip keeps it from adding to every interval skips one more,
+    /// half the time: participants that started together would otherwise all add to the same
+    /// intervals, leave the others without a key, and never learn a total.
+    fn pause(&mut self, settled: &Settled) -> Duration {
         match self.settings.policy.timing {
             Timing::AfterReply => self.settings.interval,
             Timing::MidInterval => {
@@ -162,9 +169,18 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                         self.last_added.max(Some(self.aim.expected_interval(now)))
                     }
                 };
-                self.aim
-                    .delay_to_aim(now, floor)
-                    .unwrap_or(self.settings.interval)
+                let Some(delay) = self.aim.delay_to_aim(now, floor) else {
+                    return self.settings.interval;
+                };
+                let skipping = match settled {
+                    Settled::Counted(n) => self.aim.expected_interval(now + delay) > n + 1,
+                    Settled::NotCounted => false,
+                };
+                if skipping && self.spread.bool() {
+                    delay + self.settings.interval
+                } else {
+                    delay
+                }
             }
         }
     }

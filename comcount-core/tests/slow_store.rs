@@ -1,0 +1,66 @@
+//! A fleet on a store whose round trip is one and a half intervals, on virtual time: no
+//! participant can add to every interval, and those that started together must not all add to
+//! the same ones, or the intervals between hold no key and nobody learns a total.
+#![allow(clippy::unwrap_used)] // a panic is how a test fails
+
+mod common;
+
+use std::time::Duration;
+
+use comcount_core::clock::VirtualClock;
+use comcount_core::diagnostics::Recorder;
+use comcount_core::{Counter, ParticipantId};
+use common::scripted::{Action, ScriptedStore};
+use futures::executor::LocalPool;
+use futures::task::LocalSpawnExt;
+
+const INTERVAL: Duration = Duration::from_millis(100);
+const PARTICIPANTS: u64 = 4;
+const INTERVALS: u32 = 60;
+
+#[test]
+fn participants_that_started_together_spread_over_the_intervals() {
+    let clock = VirtualClock::new();
+    let store = ScriptedStore::new(clock.clone());
+    store.then((0..10_000).map(|_| Action::Delay(INTERVAL * 3 / 2)));
+    let mut pool = LocalPool::new();
+    let counters: Vec<Counter> = (1..=PARTICIPANTS)
+        .map(|id| {
+            let (counter, worker) = Counter::builder("together", INTERVAL)
+                .participant(ParticipantId::from_u64(id))
+                .diagnostics(Recorder::new())
+                .build(store.clone(), clock.clone())
+                .unwrap();
+            pool.spawner().spawn_local(worker).unwrap();
+            counter
+        })
+        .collect();
+    let (mut known, mut samples) = (0, 0);
+    for n in 1..=INTERVALS * 10 {
+        for counter in &counters {
+            counter.increment(1);
+        }
+        let until = INTERVAL / 10 * n;
+        loop {
+            pool.run_until_stalled();
+            match clock.next_wake() {
+                Some(at) if at <= until => clock.advance_to(at),
+                _ => break,
+            }
+        }
+        clock.advance_to(until);
+        pool.run_until_stalled();
+        if n > 100 {
+            samples += counters.len();
+            known += counters
+                .iter()
+                .filter(|c| c.group_total().is_some())
+                .count();
+        }
+    }
+    eprintln!("known in {known} of {samples} samples");
+    assert!(
+        known * 3 > samples * 2,
+        "the total was known in {known} of {samples} samples"
+    );
+}
