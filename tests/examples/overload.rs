@@ -380,11 +380,11 @@ impl Diagnostics for Tallied {
                 t.applied.fetch_add(1, Ordering::Relaxed);
                 self.gaps.applied(self.index, self.gaps.now_ms());
             }
-            Event::FlushFailed { dropped, .. } => {
+            Event::FlushFailed {
+                dropped, unsettled, ..
+            } => {
                 t.dropped.fetch_add(*dropped, Ordering::Relaxed);
-            }
-            Event::FlushUnsettled { amount, .. } => {
-                t.unsettled.fetch_add(*amount, Ordering::Relaxed);
+                t.unsettled.fetch_add(*unsettled, Ordering::Relaxed);
             }
             Event::RoundTripSlow { .. } => {
                 t.slow_raised.fetch_add(1, Ordering::Relaxed);

@@ -19,7 +19,7 @@
 //!
 //! - **landed**: the units in Redis (each interval key `prefix{name}:N` read as it closes)
 //!   against the units counted; `flush completed` amounts as a cross-check;
-//! - **dropped** (`flush failed`), **unsettled** (`flush unsettled`), still buffered;
+//! - **dropped** (`flush failed`), **unsettled** (`flush failed`'s `unsettled`), still buffered;
 //! - whether `round trip slow` was raised, by how many participants, and how long after the
 //!   start.
 //!
@@ -200,13 +200,14 @@ impl Diagnostics for Tallied {
                 t.applied.fetch_add(1, Ordering::Relaxed);
                 t.applied_amount.fetch_add(*amount, Ordering::Relaxed);
             }
-            Event::FlushFailed { dropped, error } => {
+            Event::FlushFailed {
+                dropped,
+                unsettled,
+                error,
+            } => {
                 t.dropped.fetch_add(*dropped, Ordering::Relaxed);
+                t.unsettled.fetch_add(*unsettled, Ordering::Relaxed);
                 let _ = t.first_error.set(format!("flush failed: {error}"));
-            }
-            Event::FlushUnsettled { amount, error } => {
-                t.unsettled.fetch_add(*amount, Ordering::Relaxed);
-                let _ = t.first_error.set(format!("flush unsettled: {error}"));
             }
             Event::TotalWentStale { .. } => {
                 t.stale.fetch_add(1, Ordering::Relaxed);
