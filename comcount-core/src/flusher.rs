@@ -423,13 +423,14 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             Some(refusal) => self.unsettled(&refusal, amount),
             // No copy can ever be applied: the amount joins a later flush.
             None if flight.certainly_not_counted(self.last_added) => self.put_back(amount),
-            None if flight.all_answered_unapplied() => {
-                self.unsettled(&StoreError::unanswered(NeverLanded), amount);
-            }
             None => {
-                let error = plan
-                    .last_error
-                    .unwrap_or_else(|| StoreError::unanswered(NoReply));
+                let error = plan.last_error.unwrap_or_else(|| {
+                    if flight.all_answered_unapplied() {
+                        StoreError::unanswered(NeverLanded)
+                    } else {
+                        StoreError::unanswered(NoReply)
+                    }
+                });
                 self.unsettled(&error, amount);
             }
         }
