@@ -5,10 +5,16 @@ use std::time::Duration;
 
 use crate::store::FlushReply;
 
+/// How many recent round trips the aim takes the least of.
+const RECENT: usize = 4;
+
 #[derive(Debug)]
 pub(crate) struct Aim {
     interval_ms: u64,
     anchor: Option<Anchor>,
+    /// The last few round trips, newest at `next - 1`.
+    recent: [Option<Duration>; RECENT],
+    next: usize,
 }
 
 /// The store's clock as one reply showed it.
@@ -27,17 +33,26 @@ impl Aim {
         Self {
             interval_ms,
             anchor: None,
+            recent: [None; RECENT],
+            next: 0,
         }
     }
 
     /// Learns the store's clock from a reply to a flush sent at `sent` and answered at
     /// `received` (local times).
+    ///
+    /// The round trip it plans with is the least of the last few: a copy held up once (in a
+    /// client's queue through a failover, say) says little about the next one, while a store
+    /// that is slow every time is slow in all of them.
     pub(crate) fn observe(&mut self, reply: &FlushReply, sent: Duration, received: Duration) {
         let start = self.start_of(reply.interval);
+        self.recent[self.next] = Some(received.saturating_sub(sent));
+        self.next = (self.next + 1) % RECENT;
+        let round_trip = self.recent.iter().flatten().min().copied();
         self.anchor = Some(Anchor {
             received,
             store_time: start.saturating_add(reply.phase),
-            round_trip: received.saturating_sub(sent),
+            round_trip: round_trip.unwrap_or_default(),
         });
     }
 
@@ -120,6 +135,17 @@ mod tests {
         assert_eq!(aim.expected_interval(ms(1010)), 7); // arrives at 750
         assert_eq!(aim.expected_interval(ms(1059)), 7); // arrives at 799
         assert_eq!(aim.expected_interval(ms(1060)), 8); // arrives at 800
+    }
+
+    #[test]
+    fn one_held_up_copy_does_not_throw_the_aim_off() {
+        let mut aim = Aim::new(100);
+        let ms = Duration::from_millis;
+        aim.observe(&reply(7, 40), ms(1000), ms(1010));
+        // A copy held two seconds in a queue, then run and answered at once.
+        aim.observe(&reply(30, 0), ms(1010), ms(3010));
+        // A flush sent now arrives about 10 ms after the store's 3000: in interval 30.
+        assert_eq!(aim.expected_interval(ms(3010)), 30);
     }
 
     #[test]
