@@ -4,16 +4,18 @@
 //! The estimate is TCP's (RFC 6298): a smoothed round trip and its mean deviation, and a
 //! timeout of the one plus four times the other. Each copy of a flush is its own future, so
 //! every reply times the copy it answers and no sample is ambiguous. A timeout that passes
-//! doubles the next one, until a reply comes: a store that slows down, for whatever reason,
-//! gets fewer copies, not more.
+//! doubles the next one (twice at most), until a reply comes: a store that slows down, for
+//! whatever reason, gets fewer copies, not more.
 
 use std::time::Duration;
 
 /// The longest a copy is waited for before another is sent, however slow the store.
 const CAP: Duration = Duration::from_secs(60);
 
-/// The most the timeout is doubled in a row.
-const MAX_DOUBLINGS: u32 = 6;
+/// The most the timeout is doubled in a row: four times the estimate at most, so that once
+/// an outage ends a copy goes out within a few round trips, while a store that slows down
+/// still sees copies thin out.
+const MAX_DOUBLINGS: u32 = 2;
 
 #[derive(Debug)]
 pub(crate) struct RoundTrip {
@@ -117,7 +119,7 @@ mod tests {
         for _ in 0..20 {
             rt.back_off();
         }
-        assert_eq!(rt.timeout(), ms(6400));
+        assert_eq!(rt.timeout(), ms(400));
         rt.sample(ms(10));
         assert_eq!(rt.timeout(), ms(100));
     }
