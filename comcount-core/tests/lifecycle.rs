@@ -14,26 +14,12 @@ use comcount_core::diagnostics::{Recorder, Reporter};
 use comcount_core::{
     Counter, FlushReply, FlushRequest, MemoryStore, ParticipantId, Store, StoreError,
 };
+use common::runtime::run_virtual_until;
 use common::scripted::ScriptedStore;
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 
 const INTERVAL: Duration = Duration::from_secs(1);
-
-/// Runs the pool and the clock until nothing is due before `until`.
-fn run_until(pool: &mut LocalPool, clock: &VirtualClock, until: Duration) {
-    loop {
-        pool.run_until_stalled();
-        match clock.next_wake() {
-            Some(at) if at <= until => clock.advance_to(at),
-            _ => {
-                clock.advance_to(until);
-                pool.run_until_stalled();
-                return;
-            }
-        }
-    }
-}
 
 #[test]
 fn closing_as_the_pause_ends_sends_nothing() {
@@ -46,7 +32,7 @@ fn closing_as_the_pause_ends_sends_nothing() {
         .unwrap();
     pool.spawner().spawn_local(worker).unwrap();
     counter.increment(1);
-    run_until(&mut pool, &clock, INTERVAL * 3);
+    run_virtual_until(&mut pool, &clock, INTERVAL * 3);
     let sent = store.calls();
     assert!(sent >= 2, "the counter flushed {sent} times");
     counter.increment(5);
@@ -71,7 +57,7 @@ fn dropping_the_worker_forgets_the_total() {
     pool.spawner().spawn_local(worker).unwrap();
     for n in 1..=3 {
         counter.increment(10_000);
-        run_until(&mut pool, &clock, INTERVAL * n);
+        run_virtual_until(&mut pool, &clock, INTERVAL * n);
     }
     assert_eq!(counter.group_total(), Some(10_000));
     // The runtime goes away with the worker on it.
@@ -146,7 +132,7 @@ fn a_restarted_participant_with_a_fixed_id_is_applied_first_time() {
     for _ in 0..5 {
         before.increment(1);
         let until = clock.now() + INTERVAL;
-        run_until(&mut pool, &clock, until);
+        run_virtual_until(&mut pool, &clock, until);
     }
     before.close();
     pool.run_until_stalled();
@@ -164,7 +150,7 @@ fn a_restarted_participant_with_a_fixed_id_is_applied_first_time() {
     let first_new = store.requests().len();
     after.increment(3);
     let until = clock.now() + INTERVAL * 3;
-    run_until(&mut pool, &clock, until);
+    run_virtual_until(&mut pool, &clock, until);
     let requests = store.requests();
     let first = &requests[first_new];
     assert!(

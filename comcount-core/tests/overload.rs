@@ -8,6 +8,8 @@
 //! interval before each of its flushes holds no key.)
 #![allow(clippy::unwrap_used)] // a panic is how a test fails
 
+mod common;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +25,8 @@ use futures::FutureExt;
 use futures::channel::oneshot;
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
+
+use common::runtime::run_virtual_until;
 
 const INTERVAL: Duration = Duration::from_millis(100);
 /// What one flush costs the store: it serves a hundred an interval.
@@ -175,15 +179,7 @@ fn twice_the_load_a_store_can_serve_degrades_gracefully() {
             counter.increment(1);
         }
         let until = INTERVAL * n;
-        loop {
-            pool.run_until_stalled();
-            match clock.next_wake() {
-                Some(at) if at <= until => clock.advance_to(at),
-                _ => break,
-            }
-        }
-        clock.advance_to(until);
-        pool.run_until_stalled();
+        run_virtual_until(&mut pool, &clock, until);
         if n == WARM_UP {
             served_at_warm_up = store.served.load(Ordering::Relaxed);
             resent_at_warm_up = store.resent();

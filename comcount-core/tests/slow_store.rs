@@ -10,6 +10,7 @@ use std::time::Duration;
 use comcount_core::clock::VirtualClock;
 use comcount_core::diagnostics::Recorder;
 use comcount_core::{Counter, ParticipantId};
+use common::runtime::run_virtual_until;
 use common::scripted::{Action, ScriptedStore};
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
@@ -41,15 +42,7 @@ fn participants_that_started_together_spread_over_the_intervals() {
             counter.increment(1);
         }
         let until = INTERVAL / 10 * n;
-        loop {
-            pool.run_until_stalled();
-            match clock.next_wake() {
-                Some(at) if at <= until => clock.advance_to(at),
-                _ => break,
-            }
-        }
-        clock.advance_to(until);
-        pool.run_until_stalled();
+        run_virtual_until(&mut pool, &clock, until);
         if n > 100 {
             samples += counters.len();
             known += counters

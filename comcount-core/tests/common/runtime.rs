@@ -202,3 +202,17 @@ impl Runtime for Smol {
         false
     }
 }
+
+/// Runs `pool` on `clock` up to `until`: everything runs until it waits, then time jumps to the
+/// next sleeper due, and so on; last, time moves to `until` and what that wakes runs.
+pub fn run_virtual_until(pool: &mut LocalPool, clock: &VirtualClock, until: Duration) {
+    loop {
+        pool.run_until_stalled();
+        match clock.next_wake() {
+            Some(at) if at <= until => clock.advance_to(at),
+            _ => break,
+        }
+    }
+    clock.advance_to(until);
+    pool.run_until_stalled();
+}
