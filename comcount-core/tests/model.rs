@@ -1,6 +1,6 @@
 //! The counter's guarantees, checked on generated schedules: several participants increment
-//! on virtual time while a simulated store loses, delays, hangs and replays their flushes and
-//! its clock is skewed and steps back.
+//! on virtual time while a simulated store loses, delays, hangs, turns away and replays their
+//! flushes and its clock is skewed and steps back; counters are closed, some mid-flush.
 //!
 //! `PROPTEST_CASES` sets how many schedules run (10,000 by default).
 #![allow(clippy::unwrap_used)] // a panic is how a test fails
@@ -40,6 +40,12 @@ enum Step {
     Close {
         participant: usize,
     },
+    /// Closes a participant's counter this long after its next send, so that the close falls
+    /// in the middle of a flush: while a copy is awaited, or while the next one waits to go.
+    CloseAfterSend {
+        participant: usize,
+        after_ms: u64,
+    },
 }
 
 fn fault() -> impl Strategy<Value = Fault> {
@@ -53,6 +59,8 @@ fn fault() -> impl Strategy<Value = Fault> {
         1 => (0..3 * i, any::<bool>())
             .prop_map(|(d, reply_lost)| Fault::Replayed { after: ms(d), reply_lost }),
         1 => (0..3 * i).prop_map(|d| Fault::LostThenReplayed { after: ms(d) }),
+        1 => Just(Fault::TurnedAway),
+        2 => (0..3 * i).prop_map(|d| Fault::TurnedAwayThenReplayed { after: ms(d) }),
     ]
 }
 
@@ -63,6 +71,14 @@ fn step() -> impl Strategy<Value = (u64, Step)> {
             .prop_map(|(participant, amount)| Step::Increment { participant, amount }),
         1 => (-2 * i..i).prop_map(|by_ms| Step::Skew { by_ms }),
         1 => (0..MAX_PARTICIPANTS * 4).prop_map(|participant| Step::Close { participant }),
+        2 => (
+            0..MAX_PARTICIPANTS * 4,
+            prop_oneof![3 => 0..INTERVAL_MS / 10, 1 => 0..INTERVAL_MS],
+        )
+            .prop_map(|(participant, after_ms)| Step::CloseAfterSend {
+                participant,
+                after_ms
+            }),
     ];
     (0..INTERVAL_MS, kind)
 }
@@ -179,6 +195,20 @@ impl World {
         let fresh_for = ms(2 * INTERVAL_MS) + round_trip.min(ms(3 * INTERVAL_MS));
         let fresh = self.clock.now() - at < fresh_for;
         total.filter(|_| fresh)
+    }
+
+    /// Runs until the participant sends a copy (for three intervals at most), then for
+    /// `after` more.
+    fn run_past_next_send(&mut self, index: usize, after: Duration) {
+        let id = self.participants[index].id;
+        let sent_before = self.store.sends(id).len();
+        let give_up = self.clock.now() + ms(3 * INTERVAL_MS);
+        while self.store.sends(id).len() == sent_before && self.clock.now() < give_up {
+            let next = self.clock.now() + ms(1);
+            self.run_until(next);
+        }
+        let target = self.clock.now() + after;
+        self.run_until(target);
     }
 
     fn close(&mut self, index: usize) {
@@ -317,6 +347,15 @@ fn run_schedule(
             Step::Close { participant } => {
                 // Most draws miss, so that most schedules keep most participants.
                 if participant < participants {
+                    world.close(participant);
+                }
+            }
+            Step::CloseAfterSend {
+                participant,
+                after_ms,
+            } => {
+                if participant < participants {
+                    world.run_past_next_send(participant, ms(after_ms));
                     world.close(participant);
                 }
             }

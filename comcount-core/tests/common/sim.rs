@@ -51,6 +51,11 @@ pub enum Fault {
     Replayed { after: Duration, reply_lost: bool },
     /// Lost at first; the client sends it again after this long, and that reply is lost too.
     LostThenReplayed { after: Duration },
+    /// Turned away unrun (a store loading or moving a slot), answered as unavailable.
+    TurnedAway,
+    /// Turned away unrun and answered as unavailable, but the client retries it on its own
+    /// after this long, and that reply is lost: a copy answered "not applied" may land yet.
+    TurnedAwayThenReplayed { after: Duration },
 }
 
 /// One run of the flush on the store.
@@ -239,6 +244,15 @@ impl SimStore {
         StoreError::unanswered("simulated loss")
     }
 
+    fn turn_away(&self, request: &FlushRequest) -> StoreError {
+        self.lock().failures.push(Failure {
+            participant: request.participant.as_u64(),
+            seq: request.seq,
+            amount: request.amount,
+        });
+        StoreError::unavailable("simulated busy store")
+    }
+
     fn replay_later(&self, request: &FlushRequest, after: Duration) {
         let at = self.clock.now() + after;
         self.lock().replays.push((at, request.clone()));
@@ -273,6 +287,11 @@ impl SimStore {
             Fault::LostThenReplayed { after } => {
                 self.replay_later(&request, after);
                 Err(self.fail(&request))
+            }
+            Fault::TurnedAway => Err(self.turn_away(&request)),
+            Fault::TurnedAwayThenReplayed { after } => {
+                self.replay_later(&request, after);
+                Err(self.turn_away(&request))
             }
         }
     }
