@@ -191,3 +191,423 @@ fn a_turned_away_copy_the_client_retries_is_not_put_back_when_the_counter_closes
     assert_eq!(w.counter.buffered(), 0, "and its amount is not put back");
     w.assert_accounted(6, 5);
 }
+
+/// A store on the participant's own clock that answers each copy as staged: passed to a
+/// memory store at once, answered with an outcome or an error after a delay, or never.
+mod staged {
+    use std::collections::VecDeque;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use comcount_core::clock::{Clock, Timer, VirtualClock};
+    use comcount_core::diagnostics::{Diagnostics, Event, Recorder, Reporter};
+    use comcount_core::{
+        Builder, Counter, FlushReply, FlushRequest, MemoryStore, Outcome, Store, StoreError,
+    };
+    use futures::FutureExt;
+    use futures::executor::LocalPool;
+    use futures::task::LocalSpawnExt;
+
+    pub(crate) const INTERVAL: Duration = Duration::from_millis(100);
+
+    /// What the store does with one copy.
+    pub(crate) enum Act {
+        /// Runs it on the memory store, answering at once.
+        Pass,
+        /// Answers with this outcome after this long, without running it.
+        Answer(Duration, Outcome),
+        /// Fails with this error after this long.
+        Fail(Duration, fn() -> StoreError),
+        /// Never answers.
+        Hang,
+        /// Answers at once that the participant added to the interval the copy landed in
+        /// already, that interval being this many after the one the copy aimed at.
+        Fenced(u64),
+        /// Answers at once as `Fenced(0)`, and the client runs the copy again on its own
+        /// this long after.
+        FencedThenReplayed(Duration),
+    }
+
+    #[derive(Clone)]
+    pub(crate) struct Staged {
+        pub(crate) memory: MemoryStore<VirtualClock>,
+        clock: VirtualClock,
+        acts: Arc<Mutex<VecDeque<Act>>>,
+        /// When each copy was sent, and its request.
+        pub(crate) sent: Arc<Mutex<Vec<(Duration, FlushRequest)>>>,
+        /// The copies clients will run again, and when.
+        replays: Arc<Mutex<Vec<(Duration, FlushRequest)>>>,
+        /// The amount the memory store applied, replays included.
+        applied: Arc<Mutex<u64>>,
+    }
+
+    impl Staged {
+        pub(crate) fn then(&self, acts: impl IntoIterator<Item = Act>) {
+            self.acts.lock().unwrap().extend(acts);
+        }
+
+        pub(crate) fn sends(&self) -> usize {
+            self.sent.lock().unwrap().len()
+        }
+
+        pub(crate) fn applied(&self) -> u64 {
+            *self.applied.lock().unwrap()
+        }
+
+        fn next_replay(&self) -> Option<Duration> {
+            self.replays.lock().unwrap().iter().map(|(at, _)| *at).min()
+        }
+
+        /// Runs the replays that are due, on the memory store.
+        fn run_due_replays(&self) {
+            let now = self.clock.now();
+            let due: Vec<_> = {
+                let mut replays = self.replays.lock().unwrap();
+                let (due, later) = std::mem::take(&mut *replays)
+                    .into_iter()
+                    .partition::<Vec<_>, _>(|(at, _)| *at <= now);
+                *replays = later;
+                due
+            };
+            let report = Reporter::new("replay", Arc::new(Recorder::new()));
+            for (_, request) in due {
+                let reply = self.memory.flush(&request, &report).now_or_never().unwrap();
+                Self::note(&self.applied, &request, &reply);
+            }
+        }
+
+        fn note(
+            applied: &Mutex<u64>,
+            request: &FlushRequest,
+            reply: &Result<FlushReply, StoreError>,
+        ) {
+            if reply
+                .as_ref()
+                .is_ok_and(|reply| reply.outcome == Outcome::Applied)
+            {
+                *applied.lock().unwrap() += request.amount;
+            }
+        }
+
+        /// A reply as the store's clock (the participant's) has it now.
+        fn reply(clock: &VirtualClock, outcome: Outcome) -> FlushReply {
+            let now = clock.now().as_millis() as u64;
+            let interval = INTERVAL.as_millis() as u64;
+            FlushReply {
+                outcome,
+                interval: now / interval,
+                phase: Duration::from_millis(now % interval),
+                previous_total: None,
+                counted_in: None,
+            }
+        }
+    }
+
+    impl Store for Staged {
+        fn name(&self) -> &str {
+            "staged"
+        }
+
+        fn flush(
+            &self,
+            request: &FlushRequest,
+            report: &Reporter,
+        ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+            self.sent
+                .lock()
+                .unwrap()
+                .push((self.clock.now(), request.clone()));
+            let act = self.acts.lock().unwrap().pop_front().unwrap_or(Act::Pass);
+            let clock = self.clock.clone();
+            let future: Pin<Box<dyn Future<Output = _> + Send>> = match act {
+                Act::Pass => {
+                    let memory = self.memory.clone();
+                    let request = request.clone();
+                    let report = report.clone();
+                    let applied = Arc::clone(&self.applied);
+                    Box::pin(async move {
+                        let reply = memory.flush(&request, &report).await;
+                        Self::note(&applied, &request, &reply);
+                        reply
+                    })
+                }
+                Act::Fenced(landed) => {
+                    let mut reply = Self::reply(&clock, Outcome::Fenced);
+                    reply.interval = request.expect + landed;
+                    Box::pin(std::future::ready(Ok(reply)))
+                }
+                Act::FencedThenReplayed(after) => {
+                    self.replays
+                        .lock()
+                        .unwrap()
+                        .push((clock.now() + after, request.clone()));
+                    let mut reply = Self::reply(&clock, Outcome::Fenced);
+                    reply.interval = request.expect;
+                    Box::pin(std::future::ready(Ok(reply)))
+                }
+                Act::Answer(after, outcome) => {
+                    let sleep = clock.sleep(after);
+                    Box::pin(async move {
+                        sleep.await;
+                        Ok(Self::reply(&clock, outcome))
+                    })
+                }
+                Act::Fail(after, error) => {
+                    let sleep = clock.sleep(after);
+                    Box::pin(async move {
+                        sleep.await;
+                        Err(error())
+                    })
+                }
+                Act::Hang => Box::pin(std::future::pending()),
+            };
+            future
+        }
+    }
+
+    /// When an event came, its message, and the whole of it.
+    type Record = (Duration, &'static str, String);
+
+    /// Each event's message, with when it came.
+    #[derive(Clone)]
+    pub(crate) struct Timed {
+        clock: VirtualClock,
+        pub(crate) events: Arc<Mutex<Vec<Record>>>,
+    }
+
+    impl Diagnostics for Timed {
+        fn record(&self, _counter: &str, event: &Event<'_>) {
+            self.events.lock().unwrap().push((
+                self.clock.now(),
+                event.message(),
+                format!("{event:?}"),
+            ));
+        }
+    }
+
+    impl Timed {
+        /// When each event with this message came.
+        pub(crate) fn times(&self, message: &str) -> Vec<Duration> {
+            self.events
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, m, _)| *m == message)
+                .map(|(at, ..)| *at)
+                .collect()
+        }
+    }
+
+    pub(crate) struct Rig {
+        pub(crate) clock: VirtualClock,
+        pub(crate) store: Staged,
+        pub(crate) pool: LocalPool,
+        pub(crate) counter: Counter,
+        pub(crate) events: Timed,
+    }
+
+    impl Rig {
+        /// A counter that has flushed once (so that it knows the store's clock), ten seconds
+        /// into the store's time.
+        pub(crate) fn new(configure: impl FnOnce(Builder) -> Builder) -> Self {
+            let clock = VirtualClock::starting_at(Duration::from_secs(10));
+            let store = Staged {
+                memory: MemoryStore::with_clock(clock.clone()),
+                clock: clock.clone(),
+                acts: Arc::default(),
+                sent: Arc::default(),
+                replays: Arc::default(),
+                applied: Arc::default(),
+            };
+            let events = Timed {
+                clock: clock.clone(),
+                events: Arc::default(),
+            };
+            let builder = Counter::builder("staged", INTERVAL).diagnostics(events.clone());
+            let (counter, worker) = configure(builder)
+                .build(store.clone(), clock.clone())
+                .unwrap();
+            let pool = LocalPool::new();
+            pool.spawner().spawn_local(worker).unwrap();
+            let mut rig = Self {
+                clock,
+                store,
+                pool,
+                counter,
+                events,
+            };
+            rig.counter.increment(1);
+            rig.run_for(INTERVAL * 3);
+            rig
+        }
+
+        pub(crate) fn run_for(&mut self, by: Duration) {
+            let target = self.clock.now() + by;
+            loop {
+                self.pool.run_until_stalled();
+                let next = [self.clock.next_wake(), self.store.next_replay()]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .filter(|at| *at <= target);
+                self.clock.advance_to(next.unwrap_or(target));
+                self.store.run_due_replays();
+                if next.is_none() {
+                    self.pool.run_until_stalled();
+                    return;
+                }
+            }
+        }
+
+        /// Runs until the store has had `n` copies in all.
+        pub(crate) fn run_until_sent(&mut self, n: usize) {
+            for _ in 0..10_000 {
+                if self.store.sends() >= n {
+                    return;
+                }
+                self.run_for(Duration::from_millis(1));
+            }
+            panic!("copy {n} was never sent");
+        }
+    }
+}
+
+use staged::{Act, Rig};
+
+/// A copy that answers is no longer awaited: the slow-store alarm measures from the oldest
+/// copy still unanswered, not from one that answered (`Flight::next_answer` must forget the
+/// copy that answered, and only it).
+#[test]
+fn the_slow_alarm_measures_from_the_copy_still_unanswered() {
+    let mut r = Rig::new(|b| b);
+    let sent = r.store.sends();
+    // The first copy answers after 40 ms (under half the interval) that it landed in the
+    // wrong interval; the next one never answers.
+    r.store.then([
+        Act::Answer(ms(40), Outcome::WrongInterval),
+        Act::Hang,
+        Act::Hang,
+        Act::Hang,
+        Act::Hang,
+    ]);
+    r.counter.increment(5);
+    r.run_until_sent(sent + 2);
+    let second = r.store.sent.lock().unwrap()[sent + 1].0;
+    r.run_for(INTERVAL * 3);
+    let slow = r.events.times("round trip slow");
+    assert_eq!(slow.len(), 1, "{:?}", r.events.events.lock().unwrap());
+    // Half an interval unanswered is evidence, half an interval more of it is an alarm.
+    assert_eq!(
+        slow[0],
+        second + INTERVAL,
+        "{:?}",
+        r.events.events.lock().unwrap()
+    );
+}
+
+/// However long a store leaves copies unanswered, at most four of one flush are awaited at
+/// once (`Flight::has_room`).
+#[test]
+fn at_most_four_copies_of_a_flush_are_awaited() {
+    let mut r = Rig::new(|b| b);
+    let sent = r.store.sends();
+    r.store.then((0..20).map(|_| Act::Hang));
+    r.counter.increment(5);
+    // Copies go at 0, 0.1, 0.3 and 0.7 s (the timeout doubling), a fifth would by 1.5 s.
+    r.run_for(Duration::from_secs(5));
+    assert_eq!(r.store.sends() - sent, 4);
+}
+
+/// Four copies unanswered and the timeout doubled as far as it goes (64 times): the flush
+/// must wait for an answer or for giving up, not wake again at once.
+///
+/// Fails: past `last_sent + timeout`, with no room for another copy, `Flusher::next_wake`
+/// returns a time already gone, so the flush loop wakes, finds nothing to do, and wakes
+/// again at once, until the flush is given up. At a 100 ms interval that is from 7.1 s into
+/// the flush (copies at 0, 0.1, 0.3 and 0.7 s, the last waited for 6.4 s) to 60 s: the worker
+/// spins for most of a minute. On the virtual clock it never gives the time back, so this
+/// test runs the counter on a thread of its own and fails when that thread is not done in
+/// ten seconds.
+#[test]
+#[ignore = "fails: the flush loop spins once four copies are unanswered past the longest timeout"]
+fn four_unanswered_copies_do_not_make_the_flush_loop_spin() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = Rig::new(|b| b);
+        r.store.then((0..20).map(|_| Act::Hang));
+        r.counter.increment(5);
+        r.run_for(Duration::from_secs(90));
+        done.send(r.store.sends()).unwrap();
+    });
+    let sends = finished.recv_timeout(Duration::from_secs(10));
+    assert!(
+        sends.is_ok(),
+        "ninety seconds of virtual time did not pass in ten of real time: the flush loop spins"
+    );
+}
+
+/// A copy answered "fenced" in an interval after the one it aimed at: the fence is past every
+/// interval a copy of the flush was aimed at, so none can ever land, and a counter closed
+/// while the flush waits to retarget puts the amount back (`Flight::certainly_not_counted`).
+#[test]
+fn a_flush_the_fence_has_passed_goes_back_to_the_buffer_on_close() {
+    let mut r = Rig::new(|b| b);
+    let sent = r.store.sends();
+    r.store.then([Act::Fenced(1)]);
+    r.counter.increment(5);
+    r.run_until_sent(sent + 1);
+    r.run_for(ms(1));
+    assert_eq!(r.store.sends(), sent + 1, "the retargeted copy waits");
+    r.counter.close();
+    r.run_for(INTERVAL * 5);
+    assert_eq!(
+        r.counter.buffered(),
+        5,
+        "{:?}",
+        r.events.events.lock().unwrap()
+    );
+    assert!(r.events.times("flush failed").is_empty());
+}
+
+/// A copy answered "fenced" in the very interval it aimed at: the fence is not past it, and a
+/// client's replay of the copy may land in the next interval, so a counter closed while the
+/// flush waits to retarget must report the amount unsettled, not put it back
+/// (`Flight::certainly_not_counted` compares the fence with the aim strictly).
+#[test]
+fn a_flush_the_fence_has_only_reached_is_unsettled_on_close() {
+    let mut r = Rig::new(|b| b);
+    let sent = r.store.sends();
+    let before = r.store.applied();
+    r.store.then([Act::FencedThenReplayed(INTERVAL / 2)]);
+    r.counter.increment(5);
+    r.run_until_sent(sent + 1);
+    r.run_for(ms(1));
+    assert_eq!(r.store.sends(), sent + 1, "the retargeted copy waits");
+    r.counter.close();
+    r.run_for(INTERVAL * 5);
+    assert_eq!(r.store.applied() - before, 5, "the replay landed");
+    assert_eq!(r.counter.buffered(), 0, "so the amount must not be back");
+    assert_eq!(r.events.times("flush failed").len(), 1);
+}
+
+/// A copy turned away whose resend would go exactly at the end of the resend window is not
+/// sent: the window is half-open (`Flusher::may_send`).
+#[test]
+fn no_copy_goes_at_the_end_of_the_resend_window() {
+    let window = ms(200);
+    let mut r = Rig::new(|b| b.resend_window(window).flush_timeout(window * 2));
+    let sent = r.store.sends();
+    // Turned away 198 ms after it went: the resend waits a fiftieth of the interval, 2 ms.
+    r.store.then([Act::Fail(window - ms(2), || {
+        comcount_core::StoreError::unavailable("busy")
+    })]);
+    r.counter.increment(5);
+    r.run_for(INTERVAL * 5);
+    let sends = r.store.sent.lock().unwrap().clone();
+    let seq = sends[sent].1.seq;
+    let copies: Vec<_> = sends[sent..].iter().filter(|(_, q)| q.seq == seq).collect();
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert_eq!(r.events.times("flush failed").len(), 1);
+}
