@@ -1,9 +1,13 @@
 //! The flush script itself, driven with plain EVAL on a real Redis: every outcome, the window of
 //! intervals a copy may land in, refusals that leave the server as it was, arguments out of
 //! range, and an overflowing amount that writes nothing.
+//!
+//! `COMCOUNT_SCRIPT_SOURCE`, when set, names a file whose Lua runs instead of the script's own
+//! source: the script-mutant harness (`cargo run -p comcount-tests --example script_mutants`)
+//! uses it to check that each of its edits of the script fails some test here.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use comcount_core::diagnostics::{Recorder, Reporter};
 use comcount_core::script::{self, Field};
@@ -17,6 +21,16 @@ use comcount_tests::inspect::{Inspector, RedisInspector};
 use comcount_tests::{connect, settings, shared};
 use redis::Value;
 use redis::aio::MultiplexedConnection;
+
+/// The Lua to run: the script's source, or the file `COMCOUNT_SCRIPT_SOURCE` names.
+fn source() -> &'static str {
+    static SOURCE: OnceLock<String> = OnceLock::new();
+    SOURCE.get_or_init(|| match std::env::var_os("COMCOUNT_SCRIPT_SOURCE") {
+        Some(path) => std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("COMCOUNT_SCRIPT_SOURCE={path:?}: {e}")),
+        None => script::SOURCE.to_owned(),
+    })
+}
 
 /// Runs the script with EVAL and its full source: no store code in between.
 struct Eval(MultiplexedConnection);
@@ -33,7 +47,7 @@ impl Store for Eval {
     ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
         let mut connection = self.0.clone();
         let mut eval = redis::cmd("EVAL");
-        eval.arg(script::SOURCE)
+        eval.arg(source())
             .arg(request.keys().len())
             .arg(&request.keys()[..])
             .arg(&script::arguments(request)[..]);
@@ -158,7 +172,7 @@ async fn a_fence_that_is_not_a_fence_is_an_error_and_writes_nothing() {
 async fn eval_raw(keys: &[String], args: &[String]) -> redis::RedisResult<Value> {
     let mut connection = connect::multiplexed(&shared::standalone_url()).await;
     redis::cmd("EVAL")
-        .arg(script::SOURCE)
+        .arg(source())
         .arg(keys.len())
         .arg(keys)
         .arg(args)
@@ -364,6 +378,71 @@ async fn each_bad_argument_is_an_err_reply_and_writes_nothing() {
     .map(String::from);
     let value = eval_raw(&keys, &largest).await.unwrap();
     assert_eq!(decode(&value).unwrap().outcome, Outcome::WrongInterval);
+}
+
+/// Too few or too many keys or arguments: an error reply that says what the script expects,
+/// and nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_count_of_keys_or_arguments_is_refused_and_writes_nothing() {
+    let (store, inspector) = eval_store().await;
+    let requests = Requests::fresh(settings::interval());
+    let n = aim(&store, &requests, 0).await.unwrap();
+    let request = requests.flush(ParticipantId::random(), 1, 5, n);
+    let keys = request.keys().to_vec();
+    let args = script::arguments(&request).to_vec();
+    let more_keys = [keys.clone(), vec![keys[4].clone()]].concat();
+    let more_args = [args.clone(), vec!["1".to_owned()]].concat();
+    let cases: [(&str, &[String], &[String]); 4] = [
+        ("three keys", &keys[2..], &args),
+        ("six keys", &more_keys, &args),
+        ("four arguments", &keys, &args[..4]),
+        ("six arguments", &keys, &more_args),
+    ];
+    for (what, keys, args) in cases {
+        let before = inspector.snapshot(&requests.key_base).await;
+        let error = eval_raw(keys, args)
+            .await
+            .expect_err(&format!("{what} were accepted"));
+        assert_eq!(error.code(), Some("ERR"), "{what}: {error}");
+        assert!(
+            error
+                .to_string()
+                .contains("expected 5 keys and 5 arguments"),
+            "{what}: {error}"
+        );
+        assert_unchanged(&before, &inspector.snapshot(&requests.key_base).await, what);
+    }
+}
+
+/// The server's time in milliseconds.
+async fn server_ms(connection: &mut MultiplexedConnection) -> u64 {
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(connection).await.unwrap();
+    seconds * 1000 + micros / 1000
+}
+
+/// The reply places the server's clock: its interval times the interval length, plus its
+/// phase, is the time the script ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reply_gives_the_servers_interval_and_phase() {
+    let (store, _) = eval_store().await;
+    let mut connection = connect::multiplexed(&shared::standalone_url()).await;
+    let requests = Requests::fresh(settings::interval());
+    for expect in [0, 1 << 52] {
+        let before = server_ms(&mut connection).await;
+        let reply = flush(
+            &store,
+            &requests.flush(ParticipantId::random(), 1, 1, expect),
+        )
+        .await;
+        let after = server_ms(&mut connection).await;
+        assert_eq!(reply.outcome, Outcome::WrongInterval, "{reply:?}");
+        assert!(reply.phase.as_millis() < u128::from(requests.interval_ms));
+        let ran = reply.interval * requests.interval_ms + reply.phase.as_millis() as u64;
+        assert!(
+            (before..=after).contains(&ran),
+            "the reply puts the server at {ran} ms, outside {before}..={after}: {reply:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
