@@ -146,6 +146,25 @@ mod tests {
     }
 
     #[test]
+    fn a_transport_error_is_unanswered_whatever_its_text() {
+        for (error, text) in [
+            (ErrorKind::IO, "EOF"),
+            (ErrorKind::Timeout, "TIMEOUT"),
+            (ErrorKind::Canceled, "CANCELED"),
+        ] {
+            assert_eq!(kind(error, text), StoreErrorKind::Unanswered, "{text}");
+        }
+    }
+
+    #[test]
+    fn only_noscript_is_no_script() {
+        assert!(!is_no_script(&reply(
+            "BUSY Redis is busy running a script."
+        )));
+        assert!(!is_no_script(&reply("ERR comcount: fence is not a fence")));
+    }
+
+    #[test]
     fn lost_connections_are_unanswered_and_bad_frames_malformed() {
         assert_eq!(
             kind(ErrorKind::Unknown, "Too many failed write attempts."),

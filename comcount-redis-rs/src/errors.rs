@@ -118,6 +118,22 @@ mod tests {
     }
 
     #[test]
+    fn an_error_code_redis_rs_does_not_know_is_refused() {
+        assert_eq!(
+            kind("SOMENEWCODE a server error of a later version"),
+            StoreErrorKind::Refused
+        );
+    }
+
+    #[test]
+    fn only_noscript_is_no_script() {
+        assert!(!is_no_script(&reply(
+            "BUSY Redis is busy running a script."
+        )));
+        assert!(!is_no_script(&reply("ERR comcount: fence is not a fence")));
+    }
+
+    #[test]
     fn lost_connections_are_unanswered_and_bad_frames_malformed() {
         let io = RedisError::from(std::io::Error::new(
             std::io::ErrorKind::ConnectionReset,
