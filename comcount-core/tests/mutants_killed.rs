@@ -611,3 +611,23 @@ fn no_copy_goes_at_the_end_of_the_resend_window() {
     assert_eq!(copies.len(), 1, "{copies:?}");
     assert_eq!(r.events.times("flush failed").len(), 1);
 }
+
+/// A copy that answers "wrong interval" just as the flush is due to be given up is not
+/// followed by another, even one the aim would send at once: the time to give up is
+/// half-open too (`Flusher::may_send`).
+#[test]
+fn no_copy_goes_when_the_flush_is_given_up() {
+    // Given up after four intervals: the resend window is zero, and four round trips of the
+    // smoothed 50 ms (one sample of 400 ms after the warm-up's of 0) are less.
+    let mut r = Rig::new(|b| b.resend_window(Duration::ZERO).flush_timeout(ms(1_000)));
+    let sent = r.store.sends();
+    r.store
+        .then([Act::Answer(INTERVAL * 4, Outcome::WrongInterval)]);
+    r.counter.increment(5);
+    r.run_for(INTERVAL * 10);
+    let sends = r.store.sent.lock().unwrap().clone();
+    let seq = sends[sent].1.seq;
+    let copies: Vec<_> = sends[sent..].iter().filter(|(_, q)| q.seq == seq).collect();
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert_eq!(r.events.times("flush failed").len(), 1);
+}
