@@ -631,3 +631,117 @@ fn no_copy_goes_when_the_flush_is_given_up() {
     assert_eq!(copies.len(), 1, "{copies:?}");
     assert_eq!(r.events.times("flush failed").len(), 1);
 }
+
+/// The failures reported, as their debug text.
+fn failures(r: &Rig) -> Vec<String> {
+    r.events
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, message, _)| *message == "flush failed")
+        .map(|(.., event)| event.clone())
+        .collect()
+}
+
+/// A copy that answers "wrong interval" while a later copy is still awaited sends no copy of
+/// its own: the awaited copy's timeout decides (`Flusher::plan_copy`).
+#[test]
+fn an_answer_sends_no_copy_while_another_is_awaited() {
+    let mut r = Rig::new(|b| b.flush_timeout(INTERVAL));
+    let sent = r.store.sends();
+    // The first copy answers after 150 ms, past its 100 ms timeout, when the second (sent at
+    // 100 ms) is awaited; that one never answers, and its timeout is 100 ms.
+    r.store
+        .then([Act::Answer(ms(150), Outcome::WrongInterval), Act::Hang]);
+    r.counter.increment(5);
+    r.run_until_sent(sent + 1);
+    let first = r.store.sent.lock().unwrap()[sent].0;
+    r.run_for(ms(190));
+    let copies: Vec<_> = r.store.sent.lock().unwrap()[sent..]
+        .iter()
+        .map(|(at, _)| *at - first)
+        .collect();
+    assert_eq!(copies, [ms(0), ms(100)]);
+}
+
+/// A flush refused after an earlier copy went unanswered may have been counted: it is
+/// reported unsettled, not dropped (`Flusher::conclude`).
+#[test]
+fn a_refusal_after_an_unanswered_copy_is_unsettled() {
+    let mut r = Rig::new(|b| b);
+    r.store.then([
+        Act::Fail(ms(0), || {
+            comcount_core::StoreError::unanswered("connection reset")
+        }),
+        Act::Fail(ms(0), || comcount_core::StoreError::refused("NOPERM")),
+    ]);
+    r.counter.increment(5);
+    r.run_for(INTERVAL * 3);
+    let failures = failures(&r);
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(
+        failures[0].contains("dropped: 0, unsettled: 5"),
+        "{failures:?}"
+    );
+}
+
+/// A flush given up after its copies were fenced in intervals past every one they aimed at is
+/// certainly not counted: its amount goes back to the buffer and into the next flush, with no
+/// failure reported (`Flusher::conclude`).
+#[test]
+fn a_flush_given_up_past_the_fence_goes_back_to_the_buffer() {
+    let mut r = Rig::new(|b| b.resend_window(Duration::ZERO));
+    let before = r.store.applied();
+    let sent = r.store.sends();
+    // Four copies, a retarget every interval, before the flush is given up after four
+    // intervals; each is fenced in the interval after the one it aimed at.
+    r.store.then((0..4).map(|_| Act::Fenced(1)));
+    r.counter.increment(5);
+    r.run_until_sent(sent + 5);
+    let copies: Vec<_> = r.store.sent.lock().unwrap()[sent..]
+        .iter()
+        .map(|(_, q)| (q.seq, q.amount))
+        .collect();
+    assert_eq!(copies[3].0, copies[0].0, "{copies:?}");
+    assert_ne!(
+        copies[4].0, copies[0].0,
+        "the fifth copy is the next flush's"
+    );
+    assert_eq!(copies[4].1, 5, "with the amount put back");
+    r.run_for(INTERVAL * 30);
+    assert!(failures(&r).is_empty(), "{:?}", failures(&r));
+    assert_eq!(r.store.applied() - before, 5);
+}
+
+/// A flush given up after its copies kept landing in the wrong interval is reported
+/// unsettled for that reason, not for want of an answer (`Flusher::conclude`).
+#[test]
+fn a_flush_that_never_landed_says_so() {
+    let mut r = Rig::new(|b| b.resend_window(Duration::ZERO));
+    r.store
+        .then((0..40).map(|_| Act::Answer(ms(0), Outcome::WrongInterval)));
+    r.counter.increment(5);
+    r.run_for(INTERVAL * 10);
+    let failures = failures(&r);
+    let ours: Vec<_> = failures
+        .iter()
+        .filter(|f| f.contains("unsettled: 5"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{failures:?}");
+    assert!(ours[0].contains("NeverLanded"), "{failures:?}");
+}
+
+/// A counter closed while a flush of nothing is in the air reports no failure
+/// (`Flusher::closed`).
+#[test]
+fn closing_during_an_empty_flush_reports_nothing() {
+    let mut r = Rig::new(|b| b);
+    let sent = r.store.sends();
+    r.store.then([Act::Hang]);
+    r.run_until_sent(sent + 1);
+    assert_eq!(r.store.sent.lock().unwrap()[sent].1.amount, 0);
+    r.counter.close();
+    r.run_for(INTERVAL * 3);
+    assert!(failures(&r).is_empty(), "{:?}", failures(&r));
+}
