@@ -234,6 +234,7 @@ mod staged {
     pub(crate) struct Staged {
         pub(crate) memory: MemoryStore<VirtualClock>,
         clock: VirtualClock,
+        interval: Duration,
         acts: Arc<Mutex<VecDeque<Act>>>,
         /// When each copy was sent, and its request.
         pub(crate) sent: Arc<Mutex<Vec<(Duration, FlushRequest)>>>,
@@ -292,9 +293,9 @@ mod staged {
         }
 
         /// A reply as the store's clock (the participant's) has it now.
-        fn reply(clock: &VirtualClock, outcome: Outcome) -> FlushReply {
+        fn reply(clock: &VirtualClock, interval: Duration, outcome: Outcome) -> FlushReply {
             let now = clock.now().as_millis() as u64;
-            let interval = INTERVAL.as_millis() as u64;
+            let interval = interval.as_millis() as u64;
             FlushReply {
                 outcome,
                 interval: now / interval,
@@ -321,6 +322,7 @@ mod staged {
                 .push((self.clock.now(), request.clone()));
             let act = self.acts.lock().unwrap().pop_front().unwrap_or(Act::Pass);
             let clock = self.clock.clone();
+            let interval = self.interval;
             let future: Pin<Box<dyn Future<Output = _> + Send>> = match act {
                 Act::Pass => {
                     let memory = self.memory.clone();
@@ -334,7 +336,7 @@ mod staged {
                     })
                 }
                 Act::Fenced(landed) => {
-                    let mut reply = Self::reply(&clock, Outcome::Fenced);
+                    let mut reply = Self::reply(&clock, interval, Outcome::Fenced);
                     reply.interval = request.expect + landed;
                     Box::pin(std::future::ready(Ok(reply)))
                 }
@@ -343,7 +345,7 @@ mod staged {
                         .lock()
                         .unwrap()
                         .push((clock.now() + after, request.clone()));
-                    let mut reply = Self::reply(&clock, Outcome::Fenced);
+                    let mut reply = Self::reply(&clock, interval, Outcome::Fenced);
                     reply.interval = request.expect;
                     Box::pin(std::future::ready(Ok(reply)))
                 }
@@ -351,7 +353,7 @@ mod staged {
                     let sleep = clock.sleep(after);
                     Box::pin(async move {
                         sleep.await;
-                        Ok(Self::reply(&clock, outcome))
+                        Ok(Self::reply(&clock, interval, outcome))
                     })
                 }
                 Act::Fail(after, error) => {
@@ -412,10 +414,19 @@ mod staged {
         /// A counter that has flushed once (so that it knows the store's clock), ten seconds
         /// into the store's time.
         pub(crate) fn new(configure: impl FnOnce(Builder) -> Builder) -> Self {
-            let clock = VirtualClock::starting_at(Duration::from_secs(10));
+            Self::with_interval(INTERVAL, configure)
+        }
+
+        /// The same with another interval.
+        pub(crate) fn with_interval(
+            interval: Duration,
+            configure: impl FnOnce(Builder) -> Builder,
+        ) -> Self {
+            let clock = VirtualClock::starting_at(interval * 100);
             let store = Staged {
                 memory: MemoryStore::with_clock(clock.clone()),
                 clock: clock.clone(),
+                interval,
                 acts: Arc::default(),
                 sent: Arc::default(),
                 replays: Arc::default(),
@@ -425,7 +436,7 @@ mod staged {
                 clock: clock.clone(),
                 events: Arc::default(),
             };
-            let builder = Counter::builder("staged", INTERVAL).diagnostics(events.clone());
+            let builder = Counter::builder("staged", interval).diagnostics(events.clone());
             let (counter, worker) = configure(builder)
                 .build(store.clone(), clock.clone())
                 .unwrap();
@@ -439,7 +450,7 @@ mod staged {
                 events,
             };
             rig.counter.increment(1);
-            rig.run_for(INTERVAL * 3);
+            rig.run_for(interval * 3);
             rig
         }
 
@@ -467,7 +478,7 @@ mod staged {
                 if self.store.sends() >= n {
                     return;
                 }
-                self.run_for(Duration::from_millis(1));
+                self.run_for(self.store.interval / 100);
             }
             panic!("copy {n} was never sent");
         }
@@ -744,4 +755,51 @@ fn closing_during_an_empty_flush_reports_nothing() {
     r.counter.close();
     r.run_for(INTERVAL * 3);
     assert!(failures(&r).is_empty(), "{:?}", failures(&r));
+}
+
+/// On an interval of five minutes the fence lives three intervals, fifteen minutes, and a flush
+/// is given up after half of that, not after four intervals: no copy may outlive the fence
+/// that keeps it from counting twice (`Flusher::give_up_after`).
+#[test]
+fn no_copy_goes_after_half_the_fence_life() {
+    let interval = Duration::from_secs(300);
+    let half_fence = interval * 3 / 2;
+    let mut r = Rig::with_interval(interval, |b| b);
+    let sent = r.store.sends();
+    r.store
+        .then((0..20).map(|_| Act::Answer(ms(0), Outcome::WrongInterval)));
+    r.counter.increment(5);
+    r.run_until_sent(sent + 1);
+    r.run_for(interval * 6);
+    let sends = r.store.sent.lock().unwrap().clone();
+    let (first, seq) = (sends[sent].0, sends[sent].1.seq);
+    let late: Vec<_> = sends[sent..]
+        .iter()
+        .filter(|(at, q)| q.seq == seq && *at - first >= half_fence)
+        .map(|(at, _)| *at - first)
+        .collect();
+    assert!(late.is_empty(), "copies sent {late:?} after the first");
+}
+
+/// An amount put back while the buffer filled up keeps what fits, and reports the rest
+/// dropped (`Flusher::put_back`).
+#[test]
+fn what_does_not_fit_back_in_the_buffer_is_reported_dropped() {
+    let max = i64::MAX as u64;
+    let mut r = Rig::new(|b| b);
+    let sent = r.store.sends();
+    r.store.then([Act::Fenced(1)]);
+    r.counter.increment(100);
+    r.run_until_sent(sent + 1);
+    r.run_for(ms(1));
+    r.counter.increment(max - 40);
+    r.counter.close();
+    r.run_for(INTERVAL * 3);
+    assert_eq!(r.counter.buffered(), max);
+    let failures = failures(&r);
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(
+        failures[0].contains("dropped: 60, unsettled: 0"),
+        "{failures:?}"
+    );
 }
