@@ -803,3 +803,32 @@ fn what_does_not_fit_back_in_the_buffer_is_reported_dropped() {
         "{failures:?}"
     );
 }
+
+/// Copies turned away at once are resent after a fiftieth of the interval, doubling up to
+/// half an interval, and an answer in between starts the doubling over (`Backoff`).
+#[test]
+fn resends_after_quick_failures_back_off_and_start_over_after_an_answer() {
+    fn busy() -> comcount_core::StoreError {
+        comcount_core::StoreError::unavailable("busy")
+    }
+    let mut r = Rig::new(|b| b);
+    let sent = r.store.sends();
+    let mut acts: Vec<_> = (0..7).map(|_| Act::Fail(ms(0), busy)).collect();
+    acts.push(Act::Answer(ms(0), Outcome::WrongInterval));
+    acts.push(Act::Fail(ms(0), busy));
+    r.store.then(acts);
+    r.counter.increment(5);
+    r.run_for(INTERVAL * 3);
+    let times: Vec<_> = r.store.sent.lock().unwrap()[sent..]
+        .iter()
+        .map(|(at, _)| *at)
+        .collect();
+    let gaps: Vec<_> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert_eq!(
+        gaps[..7],
+        [ms(2), ms(4), ms(8), ms(16), ms(32), ms(50), ms(50)],
+        "{gaps:?}"
+    );
+    // gaps[7] is the retarget after the answer; the failure after it waits 2 ms again.
+    assert_eq!(gaps[8], ms(2), "{gaps:?}");
+}
