@@ -381,11 +381,14 @@ mod staged {
 
     impl Diagnostics for Timed {
         fn record(&self, _counter: &str, event: &Event<'_>) {
-            self.events.lock().unwrap().push((
-                self.clock.now(),
-                event.message(),
-                format!("{event:?}"),
-            ));
+            let mut text = format!("{event:?}");
+            if let Event::FlushFailed { error, .. } = event {
+                text = format!("{text}: {error}");
+            }
+            self.events
+                .lock()
+                .unwrap()
+                .push((self.clock.now(), event.message(), text));
         }
     }
 
@@ -741,6 +744,10 @@ fn a_flush_that_never_landed_says_so() {
         .collect();
     assert_eq!(ours.len(), 1, "{failures:?}");
     assert!(ours[0].contains("NeverLanded"), "{failures:?}");
+    assert!(
+        ours[0].contains("kept arriving in another interval"),
+        "{failures:?}"
+    );
 }
 
 /// A counter closed while a flush of nothing is in the air reports no failure
@@ -831,4 +838,46 @@ fn resends_after_quick_failures_back_off_and_start_over_after_an_answer() {
     );
     // gaps[7] is the retarget after the answer; the failure after it waits 2 ms again.
     assert_eq!(gaps[8], ms(2), "{gaps:?}");
+}
+
+/// Each way a flush can end unsettled or refused says why, in words.
+#[test]
+fn each_failure_says_why() {
+    // No answer within the time to give up (four intervals, with no resend window).
+    let mut r = Rig::new(|b| b.resend_window(Duration::ZERO));
+    r.store.then([Act::Hang]);
+    r.counter.increment(5);
+    r.run_for(INTERVAL * 6);
+    let failed = failures(&r);
+    assert!(
+        failed[0].contains("NoReply") && failed[0].contains("no copy of the flush was answered"),
+        "{failed:?}"
+    );
+
+    // Closed while a copy is in the store's hands.
+    let mut r = Rig::new(|b| b);
+    let sent = r.store.sends();
+    r.store.then([Act::Hang]);
+    r.counter.increment(5);
+    r.run_until_sent(sent + 1);
+    r.counter.close();
+    r.run_for(INTERVAL);
+    let failed = failures(&r);
+    assert!(
+        failed[0].contains("ClosedInFlight")
+            && failed[0].contains("closed while the flush was in the store's hands"),
+        "{failed:?}"
+    );
+
+    // Stale: another participant under the same id flushed later.
+    let mut r = Rig::new(|b| b);
+    r.store.then([Act::Answer(ms(0), Outcome::Stale)]);
+    r.counter.increment(5);
+    r.run_for(INTERVAL * 3);
+    let failed = failures(&r);
+    assert!(
+        failed[0].contains("StaleFlush")
+            && failed[0].contains("already applied a later flush under this participant id"),
+        "{failed:?}"
+    );
 }
