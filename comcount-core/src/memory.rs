@@ -268,6 +268,19 @@ mod tests {
     }
 
     #[test]
+    fn a_key_is_gone_at_the_instant_its_life_ends() {
+        let store = store_in(10);
+        store.run(&request(1, 1, 4, 10)).unwrap();
+        let life = Duration::from_millis(3 * INTERVAL_MS);
+        store.clock.advance(life - Duration::from_millis(1));
+        assert_eq!(store.total(&key(10)), Some(4));
+        assert!(store.keys().contains(&key(10)));
+        store.clock.advance(Duration::from_millis(1));
+        assert_eq!(store.total(&key(10)), None);
+        assert!(!store.keys().contains(&key(10)));
+    }
+
+    #[test]
     fn a_copy_landing_one_interval_late_is_applied_in_the_servers_interval() {
         let store = store_in(10);
         store.run(&request(1, 1, 4, 9)).unwrap();
