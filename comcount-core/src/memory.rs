@@ -268,6 +268,56 @@ mod tests {
     }
 
     #[test]
+    fn the_sweep_drops_expired_keys_and_keeps_live_ones() {
+        let store = store_in(10);
+        store.run(&request(1, 1, 4, 10)).unwrap();
+        store.clock.advance(Duration::from_millis(3 * INTERVAL_MS));
+        store.run(&request(2, 1, 5, 13)).unwrap();
+        // The sweep runs on every SWEEP_EVERY-th flush; these are wrong-interval ones.
+        for _ in 2..SWEEP_EVERY {
+            store.run(&request(3, 1, 1, 0)).unwrap();
+        }
+        let keys: Vec<_> = store.lock().values.keys().cloned().collect();
+        assert!(!keys.contains(&key(10)), "{keys:?}");
+        assert!(keys.contains(&key(13)), "{keys:?}");
+        assert!(keys.contains(&request(2, 1, 5, 13).fence_key()), "{keys:?}");
+        assert_eq!(store.total(&key(13)), Some(5));
+    }
+
+    #[test]
+    fn a_copy_arriving_as_its_fence_expires_is_not_fenced() {
+        let store = store_in(10);
+        let short_fence = FlushRequest {
+            fence_ttl_ms: 1_500,
+            ..request(1, 1, 4, 10)
+        };
+        store.run(&short_fence).unwrap();
+        store.clock.advance(Duration::from_millis(1_500));
+        let again = FlushRequest {
+            expect: 11,
+            ..short_fence
+        };
+        assert_eq!(store.run(&again).unwrap().outcome, Outcome::Applied);
+    }
+
+    #[test]
+    fn a_fence_key_holding_a_total_is_refused_and_left_alone() {
+        let store = store_in(10);
+        let request = request(1, 1, 4, 10);
+        store.lock().values.insert(
+            request.fence_key(),
+            Entry {
+                value: Value::Total(7),
+                expires_at: Duration::from_secs(1_000),
+            },
+        );
+        let error = store.run(&request).unwrap_err();
+        assert_eq!(error.kind(), StoreErrorKind::Refused);
+        assert_eq!(store.total(&key(10)), None);
+        assert_eq!(store.total(&request.fence_key()), Some(7));
+    }
+
+    #[test]
     fn a_key_is_gone_at_the_instant_its_life_ends() {
         let store = store_in(10);
         store.run(&request(1, 1, 4, 10)).unwrap();
