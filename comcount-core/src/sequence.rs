@@ -33,6 +33,14 @@ mod tests {
     }
 
     #[test]
+    fn the_largest_number_is_the_scripts() {
+        assert_eq!(MAX, 9_007_199_254_740_991);
+        assert!(
+            crate::script::SOURCE.contains(&format!("check(1, 'sequence number', '1', '{MAX}')"))
+        );
+    }
+
+    #[test]
     fn stays_exact_in_the_script() {
         assert!(first(Duration::from_secs(1_790_000_000)) < MAX);
         assert!(first(Duration::MAX) + (1 << 50) <= MAX);
