@@ -117,6 +117,16 @@ mod tests {
     }
 
     #[test]
+    fn the_largest_amount_fits_an_empty_buffer() {
+        let b = Buffer::default();
+        assert_eq!(b.add(MAX), Ok(MAX));
+        assert_eq!(
+            Buffer::default().add(MAX + 1),
+            Err(AmountError::TooLarge { amount: MAX + 1 })
+        );
+    }
+
+    #[test]
     fn put_back_keeps_what_fits_and_returns_the_rest() {
         let b = Buffer::default();
         b.add(MAX - 5).unwrap();
