@@ -279,10 +279,14 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     fn next_wake(&self, flight: &Flight, plan: &Plan, started: Duration) -> Duration {
         let mut at = plan.next_copy.map(|(at, _)| at);
         if flight.awaiting() {
+            let now = self.timer.now();
             let candidates = [
+                // A timeout already past was dealt with: no copy may follow it (the resend
+                // window is over), and waking for it again would spin.
                 flight
                     .last_sent()
-                    .map(|sent| sent + self.round_trip.timeout()),
+                    .map(|sent| sent + self.round_trip.timeout())
+                    .filter(|at| *at > now),
                 flight
                     .oldest_awaited()
                     .and_then(|sent| self.alarm.next_check(sent)),
