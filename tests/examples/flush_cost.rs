@@ -35,6 +35,7 @@ use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::{Diagnostics, Event};
 use comcount_core::{Counter, ParticipantId, Worker};
 use comcount_redis_rs::RedisStore;
+use comcount_tests::bench::info;
 use comcount_tests::connect;
 use comcount_tests::recording::{self, FlushRecords, RecordingStore};
 use comcount_tests::server::RedisServer;
@@ -165,19 +166,6 @@ impl Snapshot {
         let then = before.commands.get(command).copied().unwrap_or_default();
         (now.0 - then.0, now.1 - then.1)
     }
-}
-
-/// The `key:value` lines of one `INFO` section.
-async fn info(stats: &mut MultiplexedConnection, section: &str) -> HashMap<String, String> {
-    let text: String = redis::cmd("INFO")
-        .arg(section)
-        .query_async(stats)
-        .await
-        .expect("INFO answers");
-    text.lines()
-        .filter_map(|line| line.split_once(':'))
-        .map(|(k, v)| (k.to_owned(), v.trim().to_owned()))
-        .collect()
 }
 
 /// `calls=…,usec=…,…` from `INFO commandstats`.

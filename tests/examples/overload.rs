@@ -31,17 +31,15 @@
 //! `--seconds` measured per setting (12), `--response-timeout-ms` (`none`). A run at the
 //! defaults takes about three minutes.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::{Diagnostics, Event, Reporter};
-use comcount_core::{
-    Builder, Counter, FlushReply, FlushRequest, Outcome, ParticipantId, Store, StoreError,
-};
+use comcount_core::{Counter, FlushReply, FlushRequest, Outcome, ParticipantId, Store, StoreError};
 use comcount_redis_rs::RedisStore;
+use comcount_tests::bench::{Rules, info, redis_cpu};
 use comcount_tests::server::RedisServer;
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
@@ -109,28 +107,6 @@ impl Settings {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Rules {
-    Default,
-    Original,
-}
-
-impl Rules {
-    fn configure(self, builder: Builder) -> Builder {
-        match self {
-            Rules::Default => builder,
-            Rules::Original => builder.original_rules(),
-        }
-    }
-
-    fn label(self) -> &'static str {
-        match self {
-            Rules::Default => "default",
-            Rules::Original => "original",
-        }
-    }
-}
-
 /// One shared multiplexed connection with the chosen response timeout.
 async fn connect(url: &str, response_timeout: Option<Duration>) -> MultiplexedConnection {
     let config = AsyncConnectionConfig::new().set_response_timeout(response_timeout);
@@ -142,30 +118,6 @@ async fn connect(url: &str, response_timeout: Option<Duration>) -> MultiplexedCo
 }
 
 // Redis's own figures.
-
-/// The `key:value` lines of one `INFO` section.
-async fn info(stats: &mut MultiplexedConnection, section: &str) -> HashMap<String, String> {
-    let text: String = redis::cmd("INFO")
-        .arg(section)
-        .query_async(stats)
-        .await
-        .expect("INFO answers");
-    text.lines()
-        .filter_map(|line| line.split_once(':'))
-        .map(|(k, v)| (k.to_owned(), v.trim().to_owned()))
-        .collect()
-}
-
-/// Redis's used_cpu_sys + used_cpu_user, in seconds.
-async fn redis_cpu(stats: &mut MultiplexedConnection) -> f64 {
-    let cpu = info(stats, "cpu").await;
-    let number = |key: &str| -> f64 {
-        cpu.get(key)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("INFO cpu has no {key}"))
-    };
-    number("used_cpu_sys") + number("used_cpu_user")
-}
 
 /// `EVALSHA` calls so far, from `INFO commandstats`.
 async fn evalsha_calls(stats: &mut MultiplexedConnection) -> u64 {
@@ -641,7 +593,7 @@ async fn main() {
     until_idle(&mut stats).await;
     let mut rows = Vec::new();
     for &n in &settings.counters {
-        for rules in [Rules::Default, Rules::Original] {
+        for rules in Rules::BOTH {
             rows.push(run(&url, &mut stats, &settings, n, rules).await);
             until_idle(&mut stats).await;
             eprintln!("{n} counters, {}: done", rules.label());

@@ -42,8 +42,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::{Diagnostics, Event, Reporter};
-use comcount_core::{Builder, Counter, FlushReply, FlushRequest, Store, StoreError};
+use comcount_core::{Counter, FlushReply, FlushRequest, Store, StoreError};
 use comcount_redis_rs::RedisStore;
+use comcount_tests::bench::Rules;
 use comcount_tests::proxy::Proxy;
 use comcount_tests::server::RedisServer;
 use redis::AsyncConnectionConfig;
@@ -98,28 +99,6 @@ impl Settings {
             }
         }
         settings
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
-enum Rules {
-    Default,
-    Original,
-}
-
-impl Rules {
-    fn configure(self, builder: Builder) -> Builder {
-        match self {
-            Rules::Default => builder,
-            Rules::Original => builder.original_rules(),
-        }
-    }
-
-    fn label(self) -> &'static str {
-        match self {
-            Rules::Default => "default",
-            Rules::Original => "original",
-        }
     }
 }
 
@@ -453,7 +432,7 @@ async fn run_round_trip(
     let tag = format!("{}-{:x}", round_trip.as_millis(), fastrand::u32(..));
     let stop = Arc::new(AtomicBool::new(false));
     let mut fleets = Vec::new();
-    for rules in [Rules::Default, Rules::Original] {
+    for rules in Rules::BOTH {
         fleets.push(start_fleet(rules, settings, &proxy.url(), &tag).await);
     }
     let reading_done = Arc::new(AtomicBool::new(false));

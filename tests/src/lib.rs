@@ -1,7 +1,8 @@
 //! What the integration tests share: Redis servers started for them, clients, key inspection,
-//! a flush recorder, the invariants every fleet test checks, and the conformance suite every
-//! store passes.
+//! a flush recorder, the invariants every fleet test checks, the conformance suite every store
+//! passes, and what the benchmark examples have in common.
 
+pub mod bench;
 pub mod cluster;
 pub mod cluster_admin;
 pub mod conformance;
