@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
+use crate::store::FlushRequest;
+
 /// The largest sequence number the flush script takes: integers are exact in Lua below 2^53.
-pub(crate) const MAX: u64 = (1 << 53) - 1;
+pub(crate) const MAX: u64 = FlushRequest::MAX_SEQ;
 
 /// How many sequence numbers each millisecond of wall-clock time leaves room for: more flushes
 /// than a participant sends in a millisecond, by far.

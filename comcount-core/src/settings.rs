@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::ConfigError;
+use crate::store::FlushRequest;
 use crate::timing::{Policy, Timing};
 
 /// How long a fence lives at the least, whatever the interval: long enough that no stray copy
@@ -105,9 +106,8 @@ fn interval_millis(interval: Duration) -> Result<u64, ConfigError> {
     }
     // Three intervals must fit the millisecond arithmetic of every store, Lua's doubles
     // included (integers are exact below 2^53).
-    const LIMIT_MS: u128 = (1 << 53) / 3;
     let ms = interval.as_millis();
-    if ms > LIMIT_MS {
+    if ms > u128::from(FlushRequest::MAX_INTERVAL_MS) {
         return Err(ConfigError::IntervalTooLong { interval });
     }
     Ok(ms as u64)
