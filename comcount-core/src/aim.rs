@@ -112,13 +112,12 @@ mod tests {
     use crate::store::Outcome;
 
     fn reply(interval: u64, phase_ms: u64) -> FlushReply {
-        FlushReply {
-            outcome: Outcome::Applied,
+        FlushReply::new(
+            Outcome::Applied,
             interval,
-            phase: Duration::from_millis(phase_ms),
-            previous_total: None,
-            counted_in: Some(interval),
-        }
+            Duration::from_millis(phase_ms),
+            Some(interval),
+        )
     }
 
     #[test]

@@ -3,13 +3,13 @@
 //!
 //! | level | message | attributes |
 //! | --- | --- | --- |
-//! | error | `flush failed` | `counter`, `error`, `dropped`, `unsettled` |
+//! | error | `flush failed` | `counter`, `error`, `key` (families only), `dropped`, `unsettled` |
 //! | warn | `total went stale` | `counter`, `after` (ms) |
 //! | warn | `round trip slow` | `counter`, `round_trip` (ms), `interval` (ms) |
 //! | info | `round trip normal` | `counter`, `round_trip` (ms), `interval` (ms) |
 //! | info | `counter started` | `counter`, `interval` (ms), `prefix`, `store` |
 //! | info | `counter stopped` | `counter` |
-//! | debug | `flush completed` | `counter`, `interval` (number), `amount`, `count` |
+//! | debug | `flush completed` | `counter`, `interval` (number), `amount`, `keys`, `count` |
 //! | debug | `script loaded` | `counter`, `sha` |
 //!
 //! A healthy counter says nothing above info. Events go to the [`log`] crate by default
@@ -77,9 +77,12 @@ pub enum Event<'a> {
     FlushCompleted {
         /// The interval number it was counted in.
         interval: u64,
-        /// The amount it carried.
+        /// The amount it carried, over all its keys.
         amount: u64,
-        /// What `increment(0)` returns right after it.
+        /// How many keys it carried: 1 for a counter.
+        keys: usize,
+        /// What `increment(0)` returns right after it: for a family, the largest of its keys'
+        /// counts.
         count: u64,
     },
     /// A flush was given up without being counted, as far as the counter knows. Its amount
@@ -88,9 +91,13 @@ pub enum Event<'a> {
     /// - `dropped`: certainly not counted by the store (it refused the flush);
     /// - `unsettled`: perhaps counted, perhaps not (its copies went unanswered for the whole
     ///   resend window, or the counter was closed while one was in the store's hands).
+    ///
+    /// A family reports each key of a failed flush with an event of its own.
     FlushFailed {
         /// Why.
         error: &'a StoreError,
+        /// The family's key the amount was for; `None` for a counter.
+        key: Option<&'a str>,
         /// The amount certainly not counted.
         dropped: u64,
         /// The amount whose fate is unknown.
@@ -191,18 +198,24 @@ impl Event<'_> {
             Event::FlushCompleted {
                 interval,
                 amount,
+                keys,
                 count,
             } => {
                 f("interval", Value::U64(*interval));
                 f("amount", Value::U64(*amount));
+                f("keys", Value::U64(*keys as u64));
                 f("count", Value::U64(*count));
             }
             Event::FlushFailed {
                 error,
+                key,
                 dropped,
                 unsettled,
             } => {
                 f("error", Value::Error(error));
+                if let Some(key) = key {
+                    f("key", Value::Str(key));
+                }
                 f("dropped", Value::U64(*dropped));
                 f("unsettled", Value::U64(*unsettled));
             }

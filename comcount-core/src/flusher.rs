@@ -119,15 +119,10 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             aim: Aim::new(settings.interval_ms),
             round_trip: RoundTrip::new(settings.policy.flush_timeout),
             alarm: SlowAlarm::new(settings.interval),
-            request: FlushRequest {
-                key_base: Arc::clone(&settings.key_base),
-                participant,
-                seq: first_seq,
-                amount: 0,
-                interval_ms: settings.interval_ms,
-                expect: 0,
-                fence_ttl_ms: settings.fence_ttl_ms,
-            },
+            request: FlushRequest::new(settings.space.clone(), participant, settings.interval_ms)
+                .with_seq(first_seq)
+                .with_fence_ttl_ms(settings.fence_ttl_ms)
+                .with_amount(0),
             last_added: None,
             spread: fastrand::Rng::with_seed(participant.as_u64() ^ first_seq),
             shared,
@@ -190,7 +185,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     async fn flush(&mut self, stop: &mut oneshot::Receiver<()>) -> Option<Settled> {
         let amount = self.shared.while_open(|| self.shared.buffer.take())?;
         self.request.seq += 1;
-        self.request.amount = amount;
+        self.request.entries[0].amount = amount;
         let started = self.timer.now();
         let mut flight = Flight::default();
         let mut plan = Plan {
@@ -347,24 +342,25 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         plan.backoff.reset();
         match reply.outcome {
             Outcome::Applied | Outcome::Duplicate => {
-                self.watch.refresh(reply.previous_total, round_trip);
+                self.watch.refresh(reply.previous_total(), round_trip);
                 let interval = reply.counted_in.unwrap_or(reply.interval);
                 self.report.emit(Event::FlushCompleted {
                     interval,
-                    amount: self.request.amount,
+                    amount: self.request.amount(),
+                    keys: self.request.entries.len(),
                     count: self.shared.count(),
                 });
                 return Some(Settled::Counted(interval));
             }
             Outcome::Stale => {
-                self.watch.refresh(reply.previous_total, round_trip);
+                self.watch.refresh(reply.previous_total(), round_trip);
                 plan.refusal = Some(StoreError::refused(StaleFlush));
                 plan.next_copy = None;
             }
             Outcome::Fenced => {
                 // This participant added to this interval already: the same flush goes to a
                 // later one.
-                self.watch.refresh(reply.previous_total, round_trip);
+                self.watch.refresh(reply.previous_total(), round_trip);
                 self.last_added = self.last_added.max(Some(reply.interval));
                 plan.wrong_in_a_row = 0;
                 let wait = self
@@ -419,7 +415,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
 
     /// Ends a flush that no answer settled.
     fn conclude(&self, flight: &Flight, plan: Plan) -> Settled {
-        let amount = self.request.amount;
+        let amount = self.request.amount();
         match plan.refusal {
             // A refusal is final: a copy run again is refused again, and a stale one is
             // behind a later flush of this participant for good.
@@ -443,7 +439,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
 
     /// Accounts for the flush in the air when the counter is closed.
     fn closed(&self, flight: &Flight) -> Option<Settled> {
-        let amount = self.request.amount;
+        let amount = self.request.amount();
         if flight.certainly_not_counted(self.last_added) {
             self.put_back(amount);
         } else if amount > 0 {
@@ -480,6 +476,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     fn fail(&self, error: &StoreError, dropped: u64) {
         self.report.emit(Event::FlushFailed {
             error,
+            key: None,
             dropped,
             unsettled: 0,
         });
@@ -489,6 +486,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     fn unsettled(&self, error: &StoreError, amount: u64) {
         self.report.emit(Event::FlushFailed {
             error,
+            key: None,
             dropped: 0,
             unsettled: amount,
         });

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::clock::{Clock, SystemClock};
 use crate::diagnostics::Reporter;
 use crate::error::StoreError;
+use crate::keys::Layout;
 use crate::store::{FlushReply, FlushRequest, Outcome, Store};
 use crate::tally::MAX;
 
@@ -49,9 +50,10 @@ struct Entry {
     expires_at: Duration,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum Value {
     Total(u64),
+    Totals(HashMap<Arc<str>, u64>),
     Fence { seq: u64, interval: u64 },
 }
 
@@ -77,19 +79,42 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// The total held at `key`, if it exists and has not expired.
+    /// The total held at `key`, if it exists, holds an integer (a counter's interval key) and
+    /// has not expired.
     pub fn total(&self, key: &str) -> Option<u64> {
         match self.live(key)?.value {
             Value::Total(total) => Some(total),
-            Value::Fence { .. } => None,
+            _ => None,
         }
+    }
+
+    /// The total of `field` in the hash at `key` (a family partition's interval key), if both
+    /// exist and the key has not expired.
+    pub fn field(&self, key: &str, field: &str) -> Option<u64> {
+        match self.live(key)?.value {
+            Value::Totals(fields) => fields.get(field).copied(),
+            _ => None,
+        }
+    }
+
+    /// Every field of the hash at `key`, sorted by field.
+    pub fn fields(&self, key: &str) -> Vec<(String, u64)> {
+        let mut fields: Vec<_> = match self.live(key).map(|e| e.value) {
+            Some(Value::Totals(fields)) => fields
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            _ => Vec::new(),
+        };
+        fields.sort();
+        fields
     }
 
     /// The sequence number and interval of the last flush a fence at `key` holds.
     pub fn fence(&self, key: &str) -> Option<(u64, u64)> {
         match self.live(key)?.value {
             Value::Fence { seq, interval } => Some((seq, interval)),
-            Value::Total(_) => None,
+            _ => None,
         }
     }
 
@@ -137,65 +162,90 @@ impl<C: Clock> MemoryStore<C> {
         let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
         let n = now_ms / interval_ms;
         let phase = Duration::from_millis(now_ms % interval_ms);
-        let reply = |outcome, previous_total, counted_in| FlushReply {
-            outcome,
-            interval: n,
-            phase,
-            previous_total,
-            counted_in,
-        };
+        let reply = |outcome, counted_in| FlushReply::new(outcome, n, phase, counted_in);
 
         let mut state = self.lock();
         state.flushes += 1;
         if state.flushes.is_multiple_of(SWEEP_EVERY) {
             state.values.retain(|_, e| e.expires_at > now);
         }
-        let live = |key: &str| state.values.get(key).filter(|e| e.expires_at > now);
-
         if !request.window().contains(&n) {
-            return Ok(reply(Outcome::WrongInterval, None, None));
+            return Ok(reply(Outcome::WrongInterval, None));
         }
-        let previous_total = match n.checked_sub(1).map(|p| request.interval_key(p)) {
-            Some(key) => match live(&key).map(|e| e.value) {
-                Some(Value::Total(total)) => Some(total),
-                Some(Value::Fence { .. }) => return Err(wrong_type(&key)),
-                None => None,
-            },
-            None => None,
+        let live = |key: &str| {
+            state
+                .values
+                .get(key)
+                .filter(|e| e.expires_at > now)
+                .map(|e| &e.value)
+        };
+        let totals = |key: &str| -> Result<Vec<Option<u64>>, StoreError> {
+            let layout = request.space.layout();
+            match (live(key), layout) {
+                (None, _) => Ok(vec![None; request.entries.len()]),
+                (Some(Value::Total(total)), Layout::Counter) => Ok(vec![Some(*total)]),
+                (Some(Value::Totals(fields)), Layout::Family) => Ok(request
+                    .entries
+                    .iter()
+                    .map(|e| fields.get(&e.key).copied())
+                    .collect()),
+                _ => Err(wrong_type(key)),
+            }
+        };
+        let previous_totals = match n.checked_sub(1) {
+            Some(p) => totals(&request.interval_key(p))?,
+            None => vec![None; request.entries.len()],
         };
         let fence_key = request.fence_key();
-        match live(&fence_key).map(|e| e.value) {
-            Some(Value::Fence { seq, interval }) if request.seq == seq => {
-                return Ok(reply(Outcome::Duplicate, previous_total, Some(interval)));
+        let refused = |outcome, counted_in| {
+            Ok(reply(outcome, counted_in).with_totals(previous_totals.clone()))
+        };
+        match live(&fence_key) {
+            Some(Value::Fence { seq, interval }) if request.seq == *seq => {
+                return refused(Outcome::Duplicate, Some(*interval));
             }
-            Some(Value::Fence { seq, .. }) if request.seq < seq => {
-                return Ok(reply(Outcome::Stale, previous_total, None));
+            Some(Value::Fence { seq, .. }) if request.seq < *seq => {
+                return refused(Outcome::Stale, None);
             }
-            Some(Value::Fence { interval, .. }) if interval >= n => {
-                return Ok(reply(Outcome::Fenced, previous_total, None));
+            Some(Value::Fence { interval, .. }) if *interval >= n => {
+                return refused(Outcome::Fenced, None);
             }
-            Some(Value::Total(_)) => return Err(wrong_type(&fence_key)),
-            _ => {}
+            Some(Value::Fence { .. }) | None => {}
+            Some(_) => return Err(wrong_type(&fence_key)),
         }
         let key = request.interval_key(n);
-        let before = match live(&key).map(|e| e.value) {
-            Some(Value::Total(total)) => total,
-            Some(Value::Fence { .. }) => return Err(wrong_type(&key)),
-            None => 0,
-        };
-        let after = before
-            .checked_add(request.amount)
-            .filter(|t| *t <= MAX)
-            .ok_or_else(|| StoreError::refused("increment or decrement would overflow"))?;
+        let before = totals(&key)?;
+        let after = request
+            .entries
+            .iter()
+            .zip(&before)
+            .map(|(e, total)| {
+                total
+                    .unwrap_or(0)
+                    .checked_add(e.amount)
+                    .filter(|t| *t <= MAX)
+                    .ok_or_else(|| StoreError::refused("increment or decrement would overflow"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
 
-        let interval_ttl = Duration::from_millis(interval_ms.saturating_mul(3));
-        state.values.insert(
-            key,
-            Entry {
-                value: Value::Total(after),
-                expires_at: now + interval_ttl,
-            },
-        );
+        let expires_at = now + Duration::from_millis(interval_ms.saturating_mul(3));
+        let value = match request.space.layout() {
+            Layout::Counter => Value::Total(after[0]),
+            _ => {
+                let mut fields = match state.values.remove(&key) {
+                    Some(Entry {
+                        value: Value::Totals(fields),
+                        expires_at,
+                    }) if expires_at > now => fields,
+                    _ => HashMap::new(),
+                };
+                for (entry, total) in request.entries.iter().zip(after) {
+                    fields.insert(Arc::clone(&entry.key), total);
+                }
+                Value::Totals(fields)
+            }
+        };
+        state.values.insert(key, Entry { value, expires_at });
         state.values.insert(
             fence_key,
             Entry {
@@ -206,7 +256,7 @@ impl<C: Clock> MemoryStore<C> {
                 expires_at: now + Duration::from_millis(request.fence_ttl_ms),
             },
         );
-        Ok(reply(Outcome::Applied, previous_total, Some(n)))
+        Ok(reply(Outcome::Applied, Some(n)).with_totals(previous_totals))
     }
 }
 
@@ -241,6 +291,7 @@ mod tests {
     use super::*;
     use crate::StoreErrorKind;
     use crate::clock::VirtualClock;
+    use crate::keys::KeySpace;
     use crate::store::ParticipantId;
 
     const INTERVAL_MS: u64 = 1_000;
@@ -252,15 +303,31 @@ mod tests {
     }
 
     fn request(participant: u64, seq: u64, amount: u64, expect: u64) -> FlushRequest {
-        FlushRequest {
-            key_base: "{m}".into(),
-            participant: ParticipantId::from_u64(participant),
-            seq,
-            amount,
-            interval_ms: INTERVAL_MS,
-            expect,
-            fence_ttl_ms: 600_000,
-        }
+        FlushRequest::new(
+            KeySpace::counter("", "m"),
+            ParticipantId::from_u64(participant),
+            INTERVAL_MS,
+        )
+        .with_seq(seq)
+        .with_amount(amount)
+        .with_expect(expect)
+        .with_fence_ttl_ms(600_000)
+    }
+
+    fn batch(participant: u64, seq: u64, entries: &[(&str, u64)], expect: u64) -> FlushRequest {
+        FlushRequest::new(
+            KeySpace::partition("", "m", 0),
+            ParticipantId::from_u64(participant),
+            INTERVAL_MS,
+        )
+        .with_seq(seq)
+        .with_entries(
+            entries
+                .iter()
+                .map(|(k, a)| crate::Entry::new(*k, *a))
+                .collect(),
+        )
+        .with_expect(expect)
     }
 
     fn key(n: u64) -> String {
@@ -287,16 +354,10 @@ mod tests {
     #[test]
     fn a_copy_arriving_as_its_fence_expires_is_not_fenced() {
         let store = store_in(10);
-        let short_fence = FlushRequest {
-            fence_ttl_ms: 1_500,
-            ..request(1, 1, 4, 10)
-        };
+        let short_fence = request(1, 1, 4, 10).with_fence_ttl_ms(1_500);
         store.run(&short_fence).unwrap();
         store.clock.advance(Duration::from_millis(1_500));
-        let again = FlushRequest {
-            expect: 11,
-            ..short_fence
-        };
+        let again = short_fence.with_expect(11);
         assert_eq!(store.run(&again).unwrap().outcome, Outcome::Applied);
     }
 
@@ -338,7 +399,7 @@ mod tests {
         assert_eq!(reply.outcome, Outcome::Applied);
         assert_eq!(reply.interval, 10);
         assert_eq!(reply.counted_in, Some(10));
-        assert_eq!(reply.previous_total, None);
+        assert_eq!(reply.previous_total(), None);
         assert_eq!(store.total(&key(10)), Some(9));
         assert_eq!(store.total(&key(9)), None);
         assert_eq!(store.fence(&request(2, 1, 5, 9).fence_key()), Some((1, 10)));
@@ -358,7 +419,7 @@ mod tests {
         assert_eq!(reply.outcome, Outcome::Applied);
         assert_eq!(reply.interval, 10);
         assert_eq!(reply.counted_in, Some(10));
-        assert_eq!(reply.previous_total, Some(3));
+        assert_eq!(reply.previous_total(), Some(3));
         assert_eq!(store.total(&key(10)), Some(5));
         assert_eq!(store.total(&key(11)), None);
     }
@@ -385,7 +446,7 @@ mod tests {
         let reply = store.run(&request(1, 1, 5, 1)).unwrap();
         assert_eq!(reply.outcome, Outcome::Applied);
         assert_eq!(reply.counted_in, Some(0));
-        assert_eq!(reply.previous_total, None);
+        assert_eq!(reply.previous_total(), None);
         assert_eq!(store.total(&key(0)), Some(5));
     }
 
@@ -401,7 +462,7 @@ mod tests {
         assert_eq!(reply.outcome, Outcome::Duplicate);
         assert_eq!(reply.interval, 11);
         assert_eq!(reply.counted_in, Some(10));
-        assert_eq!(reply.previous_total, Some(5));
+        assert_eq!(reply.previous_total(), Some(5));
         assert_eq!(store.total(&key(11)), None);
     }
 
@@ -436,7 +497,7 @@ mod tests {
         let bad: [(&str, Spoil); 8] = [
             ("seq", |r| r.seq = 0),
             ("seq", |r| r.seq = 1 << 53),
-            ("amount", |r| r.amount = i64::MAX as u64 + 1),
+            ("amount", |r| r.entries[0].amount = i64::MAX as u64 + 1),
             ("interval_ms", |r| r.interval_ms = 0),
             ("interval_ms", |r| r.interval_ms = (1 << 53) / 3 + 1),
             ("expect", |r| r.expect = 1 << 53),
@@ -472,5 +533,55 @@ mod tests {
         assert_eq!(store.run(&longest).unwrap().outcome, Outcome::Applied);
         let far = request(3, 1, 0, FlushRequest::MAX_EXPECT);
         assert_eq!(store.run(&far).unwrap().outcome, Outcome::WrongInterval);
+    }
+
+    #[test]
+    fn a_batch_adds_every_field_of_one_hash_and_brings_back_each_total() {
+        let store = store_in(10);
+        let key = "{m@0}:10";
+        store.run(&batch(1, 1, &[("a", 2), ("b", 3)], 10)).unwrap();
+        store.run(&batch(2, 1, &[("b", 4), ("c", 0)], 10)).unwrap();
+        assert_eq!(
+            store.fields(key),
+            [("a".into(), 2), ("b".into(), 7), ("c".into(), 0)]
+        );
+        store.clock.advance(Duration::from_millis(INTERVAL_MS));
+        let reply = store
+            .run(&batch(1, 2, &[("c", 1), ("z", 1), ("b", 0)], 11))
+            .unwrap();
+        assert_eq!(reply.outcome, Outcome::Applied);
+        assert_eq!(reply.previous_totals, [Some(0), None, Some(7)]);
+        assert_eq!(store.field("{m@0}:11", "z"), Some(1));
+    }
+
+    #[test]
+    fn a_batch_that_would_overflow_one_field_writes_nothing() {
+        let store = store_in(10);
+        store
+            .run(&batch(1, 1, &[("a", 1), ("b", MAX)], 10))
+            .unwrap();
+        let keys = store.keys();
+        let error = store
+            .run(&batch(2, 1, &[("a", 5), ("b", 1)], 10))
+            .unwrap_err();
+        assert_eq!(error.kind(), StoreErrorKind::Refused);
+        assert_eq!(store.keys(), keys);
+        assert_eq!(store.field("{m@0}:10", "a"), Some(1));
+    }
+
+    #[test]
+    fn a_counter_key_and_a_family_hash_are_not_mistaken_for_each_other() {
+        let store = store_in(10);
+        let mut counter = request(1, 1, 1, 10);
+        counter.space = KeySpace::partition("", "m", 0);
+        counter.entries = vec![crate::Entry::new("k", 1)];
+        store.run(&counter).unwrap();
+        let mut wrong = request(2, 1, 1, 10);
+        wrong.space = KeySpace::partition("", "m", 0);
+        wrong.space = KeySpace::counter("", "m@0");
+        assert_eq!(
+            store.run(&wrong).unwrap_err().kind(),
+            StoreErrorKind::Refused
+        );
     }
 }

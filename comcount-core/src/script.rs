@@ -1,38 +1,55 @@
-//! The flush protocol as a Redis Lua script, shared by every Redis store, and the reading of
-//! its reply.
+//! The flush protocol as a Redis Lua script, shared by every Redis store: its arguments, and
+//! the reading of its reply.
 //!
-//! The script takes the five keys of [`FlushRequest::keys`] and the five arguments of
-//! [`arguments`], and answers with five fields: the outcome code, the server's interval number,
-//! its phase in milliseconds, the previous interval's total, and the interval the flush is counted
-//! in (each of the last two nil where there is none). A store turns the fields it got from its
-//! client into [`Field`]s and hands them to [`decode`].
+//! The script takes the five keys of [`FlushRequest::keys`] and the arguments of
+//! [`arguments`], and answers with the outcome code, the server's interval number, its phase
+//! in milliseconds and the interval the flush is counted in (nil where there is none), then,
+//! unless the outcome is a wrong interval, the previous interval's total of each entry (nil
+//! where there is none). A store turns the fields it got from its client into [`Field`]s and
+//! hands them to [`decode`]; it never builds arguments or reads replies itself.
 //!
 //! The script checks its keys and arguments before anything else, against the ranges of
 //! [`FlushRequest::check`]; what it refuses it answers with an error reply that starts with
 //! `ERR comcount:`, having written nothing.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::error::StoreError;
+use crate::keys::Layout;
 use crate::store::{FlushReply, FlushRequest, Outcome};
 
 /// The Lua source of the flush script.
 pub const SOURCE: &str = include_str!("flush.lua");
 
-/// The script's arguments for `request`, in order: sequence number, amount, interval (ms),
-/// expected interval, fence life (ms).
-pub fn arguments(request: &FlushRequest) -> [String; 5] {
-    [
-        request.seq.to_string(),
-        request.amount.to_string(),
-        request.interval_ms.to_string(),
-        request.expect.to_string(),
-        request.fence_ttl_ms.to_string(),
-    ]
+/// The script's arguments for `request`, in order: sequence number, interval (ms), expected
+/// interval, fence life (ms), layout (`c` for a counter, `f` for a family), then each entry's
+/// key and amount.
+pub fn arguments(request: &FlushRequest) -> Vec<Cow<'_, str>> {
+    let mut args = Vec::with_capacity(5 + 2 * request.entries.len());
+    args.extend(
+        [
+            request.seq,
+            request.interval_ms,
+            request.expect,
+            request.fence_ttl_ms,
+        ]
+        .map(|n| Cow::Owned(n.to_string())),
+    );
+    args.push(Cow::Borrowed(match request.space.layout() {
+        Layout::Counter => "c",
+        Layout::Family => "f",
+    }));
+    for entry in &request.entries {
+        args.push(Cow::Borrowed(&entry.key));
+        args.push(Cow::Owned(entry.amount.to_string()));
+    }
+    args
 }
 
 /// One field of the script's reply, as a client delivered it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
 pub enum Field<'a> {
     /// An integer reply.
     Int(i64),
@@ -42,16 +59,16 @@ pub enum Field<'a> {
     Nil,
 }
 
-/// Reads the script's reply.
+/// Reads the script's reply to `request`.
 ///
 /// # Errors
 ///
 /// A [`StoreError`] of kind [`Malformed`](crate::StoreErrorKind::Malformed) when the reply is not
-/// the script's.
-pub fn decode(fields: &[Field<'_>]) -> Result<FlushReply, StoreError> {
-    let [code, interval, phase, previous, counted_in] = fields else {
+/// the script's answer to `request`.
+pub fn decode(request: &FlushRequest, fields: &[Field<'_>]) -> Result<FlushReply, StoreError> {
+    let [code, interval, phase, counted_in, totals @ ..] = fields else {
         return Err(malformed(format!(
-            "expected 5 fields, got {}",
+            "expected at least 4 fields, got {}",
             fields.len()
         )));
     };
@@ -75,13 +92,25 @@ pub fn decode(fields: &[Field<'_>]) -> Result<FlushReply, StoreError> {
             "outcome {outcome:?} in interval {interval} with counted_in {counted_in:?}"
         )));
     }
-    Ok(FlushReply {
+    let expected = match outcome {
+        Outcome::WrongInterval => 0,
+        _ => request.entries.len(),
+    };
+    if totals.len() != expected {
+        return Err(malformed(format!(
+            "outcome {outcome:?} with {} totals for {} entries",
+            totals.len(),
+            request.entries.len()
+        )));
+    }
+    let previous_totals = totals.iter().map(optional).collect::<Result<_, _>>()?;
+    Ok(FlushReply::new(
         outcome,
         interval,
-        phase: Duration::from_millis(int(phase)?),
-        previous_total: optional(previous)?,
+        Duration::from_millis(int(phase)?),
         counted_in,
-    })
+    )
+    .with_totals(previous_totals))
 }
 
 fn optional(field: &Field<'_>) -> Result<Option<u64>, StoreError> {
@@ -115,50 +144,97 @@ fn malformed(what: String) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ParticipantId;
+    use crate::keys::KeySpace;
+    use crate::store::Entry;
+
+    fn counter() -> FlushRequest {
+        FlushRequest::new(KeySpace::counter("", "c"), ParticipantId::from_u64(1), 4).with_amount(3)
+    }
+
+    fn family(keys: &[&str]) -> FlushRequest {
+        FlushRequest::new(
+            KeySpace::partition("", "f", 0),
+            ParticipantId::from_u64(1),
+            4,
+        )
+        .with_entries(keys.iter().map(|k| Entry::new(*k, 1)).collect())
+    }
 
     #[test]
     fn decodes_every_outcome_and_both_kinds_of_total() {
-        let reply = decode(&[
-            Field::Int(0),
-            Field::Int(42),
-            Field::Int(17),
-            Field::Bytes(b"9"),
-            Field::Int(42),
-        ])
+        let reply = decode(
+            &counter(),
+            &[
+                Field::Int(0),
+                Field::Int(42),
+                Field::Int(17),
+                Field::Int(42),
+                Field::Bytes(b"9"),
+            ],
+        )
         .unwrap();
         assert_eq!(reply.outcome, Outcome::Applied);
         assert_eq!(reply.interval, 42);
         assert_eq!(reply.phase, Duration::from_millis(17));
-        assert_eq!(reply.previous_total, Some(9));
+        assert_eq!(reply.previous_total(), Some(9));
         assert_eq!(reply.counted_in, Some(42));
-        for (code, outcome) in [
-            (2, Outcome::Stale),
-            (3, Outcome::Fenced),
-            (4, Outcome::WrongInterval),
-        ] {
-            let reply = decode(&[
-                Field::Int(code),
-                Field::Int(1),
-                Field::Int(0),
-                Field::Nil,
-                Field::Nil,
-            ])
+        for (code, outcome) in [(2, Outcome::Stale), (3, Outcome::Fenced)] {
+            let reply = decode(
+                &counter(),
+                &[
+                    Field::Int(code),
+                    Field::Int(1),
+                    Field::Int(0),
+                    Field::Nil,
+                    Field::Nil,
+                ],
+            )
             .unwrap();
             assert_eq!(reply.outcome, outcome);
-            assert_eq!(reply.previous_total, None);
+            assert_eq!(reply.previous_totals, vec![None]);
             assert_eq!(reply.counted_in, None);
         }
+        let reply = decode(
+            &counter(),
+            &[Field::Int(4), Field::Int(1), Field::Int(0), Field::Nil],
+        )
+        .unwrap();
+        assert_eq!(reply.outcome, Outcome::WrongInterval);
+        assert!(reply.previous_totals.is_empty());
+    }
+
+    #[test]
+    fn a_family_reply_carries_a_total_per_entry_in_order() {
+        let reply = decode(
+            &family(&["a", "b", "c"]),
+            &[
+                Field::Int(0),
+                Field::Int(5),
+                Field::Int(1),
+                Field::Int(5),
+                Field::Int(7),
+                Field::Nil,
+                Field::Bytes(b"0"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(reply.previous_totals, vec![Some(7), None, Some(0)]);
+        assert_eq!(reply.previous_total(), Some(7));
     }
 
     #[test]
     fn a_duplicate_reports_the_interval_its_earlier_copy_counted_in() {
-        let reply = decode(&[
-            Field::Int(1),
-            Field::Int(8),
-            Field::Int(0),
-            Field::Nil,
-            Field::Bytes(b"7"),
-        ])
+        let reply = decode(
+            &counter(),
+            &[
+                Field::Int(1),
+                Field::Int(8),
+                Field::Int(0),
+                Field::Bytes(b"7"),
+                Field::Nil,
+            ],
+        )
         .unwrap();
         assert_eq!(reply.outcome, Outcome::Duplicate);
         assert_eq!(reply.interval, 8);
@@ -168,79 +244,53 @@ mod tests {
     #[test]
     fn refuses_what_the_script_never_sends() {
         let nil = Field::Nil;
-        let refused: [&[Field<'_>]; 9] = [
+        let one = Field::Int(1);
+        let refused: [&[Field<'_>]; 10] = [
             &[Field::Int(0)],
-            // The four fields of the old script.
-            &[Field::Int(4), Field::Int(1), Field::Int(0), nil],
-            &[Field::Int(9), Field::Int(1), Field::Int(0), nil, nil],
+            // Too few or too many totals for the request's one entry.
+            &[Field::Int(0), one, Field::Int(0), one],
+            &[Field::Int(0), one, Field::Int(0), one, nil, nil],
+            // A wrong interval with totals.
+            &[Field::Int(4), one, Field::Int(0), nil, nil],
+            &[Field::Int(9), one, Field::Int(0), nil, nil],
             &[
                 Field::Int(0),
                 Field::Int(-1),
                 Field::Int(0),
+                Field::Int(-1),
                 nil,
-                Field::Int(-1),
             ],
-            &[
-                Field::Int(0),
-                Field::Int(1),
-                Field::Int(0),
-                Field::Bytes(b"x"),
-                Field::Int(1),
-            ],
+            &[Field::Int(0), one, Field::Int(0), one, Field::Bytes(b"x")],
             // Applied elsewhere than in the server's interval, or nowhere.
-            &[
-                Field::Int(0),
-                Field::Int(1),
-                Field::Int(0),
-                nil,
-                Field::Int(2),
-            ],
-            &[Field::Int(0), Field::Int(1), Field::Int(0), nil, nil],
+            &[Field::Int(0), one, Field::Int(0), Field::Int(2), nil],
             // A duplicate that does not say where, and a refusal that claims to count.
-            &[Field::Int(1), Field::Int(1), Field::Int(0), nil, nil],
-            &[
-                Field::Int(3),
-                Field::Int(1),
-                Field::Int(0),
-                nil,
-                Field::Int(1),
-            ],
+            &[Field::Int(1), one, Field::Int(0), nil, nil],
+            &[Field::Int(3), one, Field::Int(0), one, nil],
         ];
         for fields in refused {
-            assert!(decode(fields).is_err(), "{fields:?}");
+            assert!(decode(&counter(), fields).is_err(), "{fields:?}");
         }
     }
 
     #[test]
     fn arguments_follow_the_documented_order() {
-        let request = FlushRequest {
-            key_base: "{c}".into(),
-            participant: crate::ParticipantId::from_u64(1),
-            seq: 2,
-            amount: 3,
-            interval_ms: 4,
-            expect: 5,
-            fence_ttl_ms: 6,
-        };
-        assert_eq!(arguments(&request), ["2", "3", "4", "5", "6"]);
+        let request = counter().with_seq(2).with_expect(5).with_fence_ttl_ms(6);
+        let args: Vec<_> = arguments(&request).into_iter().map(String::from).collect();
+        assert_eq!(args, ["2", "4", "5", "6", "c", "", "3"]);
         assert_eq!(
             request.keys(),
             ["{c}:3", "{c}:4", "{c}:5", "{c}:6", "{c}:f:0000000000000001"]
         );
         assert_eq!(request.window(), 4..=6);
+        let batch = family(&["x", "y"]);
+        let args: Vec<_> = arguments(&batch).into_iter().map(String::from).collect();
+        assert_eq!(args[4..], ["f", "x", "1", "y", "1"]);
+        assert_eq!(batch.keys()[4], "{f@0}:f:0000000000000001");
     }
 
     #[test]
     fn keys_of_the_first_intervals_stop_at_zero() {
-        let request = |expect| FlushRequest {
-            key_base: "{c}".into(),
-            participant: crate::ParticipantId::from_u64(1),
-            seq: 1,
-            amount: 1,
-            interval_ms: 1,
-            expect,
-            fence_ttl_ms: 1,
-        };
+        let request = |expect| counter().with_expect(expect);
         let fence = "{c}:f:0000000000000001";
         assert_eq!(
             request(0).keys(),
@@ -261,13 +311,42 @@ mod tests {
             (FlushRequest::MAX_INTERVAL_MS, "'3002399751580330'"),
             (FlushRequest::MAX_EXPECT, "'9007199254740991'"),
             (FlushRequest::MAX_FENCE_TTL_MS, "'9007199254740991'"),
+            (FlushRequest::MAX_ENTRIES as u64, "1000"),
+            (FlushRequest::MAX_KEY_LEN as u64, "256"),
         ] {
-            assert_eq!(format!("'{limit}'"), text);
+            assert!(text.contains(&limit.to_string()));
             assert!(SOURCE.contains(text), "the script does not check {text}");
         }
         assert_eq!(FlushRequest::MAX_INTERVAL_MS * 3, (1 << 53) - 2);
         for line in SOURCE.lines().filter(|l| l.contains("error_reply(")) {
             assert!(line.contains("error_reply('ERR comcount: "), "{line}");
         }
+    }
+
+    #[test]
+    fn check_refuses_malformed_batches() {
+        assert!(counter().check().is_ok());
+        assert!(family(&["a"]).check().is_ok());
+        assert!(counter().with_entries(vec![]).check().is_err());
+        assert!(
+            counter()
+                .with_entries(vec![Entry::new("k", 1)])
+                .check()
+                .is_err()
+        );
+        assert!(family(&[""]).check().is_err());
+        assert!(family(&[&"k".repeat(257)]).check().is_err());
+        let many: Vec<String> = (0..=FlushRequest::MAX_ENTRIES)
+            .map(|i| i.to_string())
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(family(&many).check().is_err());
+        assert!(family(&many[1..]).check().is_ok());
+        assert!(
+            counter()
+                .with_amount(FlushRequest::MAX_AMOUNT + 1)
+                .check()
+                .is_err()
+        );
     }
 }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::ConfigError;
+use crate::keys::KeySpace;
 use crate::store::FlushRequest;
 use crate::timing::{Policy, Timing};
 
@@ -16,7 +17,7 @@ const FENCE_TTL_FLOOR: Duration = Duration::from_secs(10 * 60);
 pub(crate) struct Settings {
     pub(crate) name: Arc<str>,
     pub(crate) prefix: Arc<str>,
-    pub(crate) key_base: Arc<str>,
+    pub(crate) space: KeySpace,
     pub(crate) interval: Duration,
     pub(crate) interval_ms: u64,
     pub(crate) fence_ttl_ms: u64,
@@ -75,7 +76,7 @@ impl Settings {
         Ok(Self {
             name: name.into(),
             prefix: prefix.into(),
-            key_base: format!("{prefix}{{{name}}}").into(),
+            space: KeySpace::counter(prefix, name),
             interval,
             interval_ms,
             fence_ttl_ms,
@@ -120,7 +121,7 @@ mod tests {
     #[test]
     fn key_base_wraps_the_name_in_a_hash_tag_after_the_prefix() {
         let s = Settings::new("requests", "svc:", Duration::from_secs(5)).unwrap();
-        assert_eq!(&*s.key_base, "svc:{requests}");
+        assert_eq!(s.space.base(), "svc:{requests}");
         assert_eq!(s.interval_ms, 5000);
         assert_eq!(s.fence_ttl_ms, 600_000);
         assert_eq!(s.policy.timing, Timing::MidInterval);

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::diagnostics::Reporter;
 use crate::error::StoreError;
+use crate::keys::{KeySpace, Layout};
 
 /// A participant's identity in the store, drawn at random when a counter is built.
 ///
@@ -51,25 +52,65 @@ impl fmt::Debug for ParticipantId {
     }
 }
 
-/// One flush, as a counter sends it.
-///
-/// A resend of the same flush carries the same `seq` and `amount`; only `expect` may change.
+/// One key's part of a flush: what to add to it.
 #[derive(Clone, PartialEq, Eq, Debug)]
-pub struct FlushRequest {
-    /// The counter's key base, `prefix{name}`; every key of the counter starts with it.
-    pub key_base: Arc<str>,
-    /// Who is flushing.
-    pub participant: ParticipantId,
-    /// Grows with every new flush of this participant, starting at 1.
-    pub seq: u64,
+#[non_exhaustive]
+pub struct Entry {
+    /// The key within its family; empty for a single counter.
+    pub key: Arc<str>,
     /// What to add, never more than `i64::MAX`.
     pub amount: u64,
+}
+
+impl Entry {
+    /// An entry adding `amount` to `key`.
+    pub fn new(key: impl Into<Arc<str>>, amount: u64) -> Self {
+        Self {
+            key: key.into(),
+            amount,
+        }
+    }
+}
+
+/// One flush, as a counter or one partition of a family sends it.
+///
+/// A resend of the same flush carries the same `seq` and entries; only `expect` may change.
+/// Built with [`FlushRequest::new`] and its `with_*` methods; the fields are public to read
+/// and to change, and new ones may come in later versions.
+///
+/// ```
+/// use std::sync::Arc;
+/// use comcount_core::{Entry, FlushRequest, KeySpace, ParticipantId};
+///
+/// let request = FlushRequest::new(KeySpace::counter("", "requests"), ParticipantId::from_u64(1), 1000)
+///     .with_amount(5)
+///     .with_expect(42);
+/// assert_eq!(request.amount(), 5);
+/// assert_eq!(request.expected_key(), "{requests}:42");
+///
+/// let batch = FlushRequest::new(KeySpace::partition("", "tenants", 0), ParticipantId::from_u64(1), 1000)
+///     .with_entries(vec![Entry::new("acme", 3), Entry::new("globex", 0)]);
+/// assert_eq!(batch.amount(), 3);
+/// ```
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct FlushRequest {
+    /// The keys the flush may touch, and how they hold their totals.
+    pub space: KeySpace,
+    /// Who is flushing.
+    pub participant: ParticipantId,
+    /// Grows with every new flush of this participant to this key space.
+    pub seq: u64,
     /// The interval length in milliseconds.
     pub interval_ms: u64,
     /// The interval number the participant expects the flush to land in.
     pub expect: u64,
     /// How long the participant's fence key lives after each applied flush, in milliseconds.
     pub fence_ttl_ms: u64,
+    /// What to add, key by key. A counter's flush has exactly one entry, with an empty key; a
+    /// family's has from 1 to [`MAX_ENTRIES`](Self::MAX_ENTRIES), each key once. An entry
+    /// with amount 0 adds nothing but still brings back its key's total.
+    pub entries: Vec<Entry>,
 }
 
 impl FlushRequest {
@@ -85,10 +126,69 @@ impl FlushRequest {
     pub const MAX_EXPECT: u64 = (1 << 53) - 1;
     /// The longest fence life a store accepts, in milliseconds: 2^53 - 1.
     pub const MAX_FENCE_TTL_MS: u64 = (1 << 53) - 1;
+    /// The most entries one flush of a family carries, so that no flush holds Redis for more
+    /// than a few milliseconds.
+    pub const MAX_ENTRIES: usize = 1000;
+    /// The longest key of a family, in bytes.
+    pub const MAX_KEY_LEN: usize = 256;
 
-    /// The key of interval `n`: `prefix{name}:n`.
+    /// A flush to `space` by `participant` at intervals of `interval_ms`, with sequence number
+    /// 1, expecting interval 0, a fence life of ten minutes (or three intervals, if longer) and
+    /// no entries. A counter's flush adds its one entry with
+    /// [`with_amount`](Self::with_amount), a family's its entries with
+    /// [`with_entries`](Self::with_entries).
+    pub fn new(space: KeySpace, participant: ParticipantId, interval_ms: u64) -> Self {
+        Self {
+            space,
+            participant,
+            seq: 1,
+            interval_ms,
+            expect: 0,
+            fence_ttl_ms: interval_ms.saturating_mul(3).max(600_000),
+            entries: Vec::new(),
+        }
+    }
+
+    /// With sequence number `seq`.
+    pub fn with_seq(mut self, seq: u64) -> Self {
+        self.seq = seq;
+        self
+    }
+
+    /// Expecting interval `expect`.
+    pub fn with_expect(mut self, expect: u64) -> Self {
+        self.expect = expect;
+        self
+    }
+
+    /// With a fence life of `fence_ttl_ms`.
+    pub fn with_fence_ttl_ms(mut self, fence_ttl_ms: u64) -> Self {
+        self.fence_ttl_ms = fence_ttl_ms;
+        self
+    }
+
+    /// With one entry, adding `amount` under the empty key: a single counter's flush.
+    pub fn with_amount(mut self, amount: u64) -> Self {
+        self.entries = vec![Entry::new("", amount)];
+        self
+    }
+
+    /// With `entries`: a family partition's flush.
+    pub fn with_entries(mut self, entries: Vec<Entry>) -> Self {
+        self.entries = entries;
+        self
+    }
+
+    /// The sum of the entries' amounts (saturating at `u64::MAX`).
+    pub fn amount(&self) -> u64 {
+        self.entries
+            .iter()
+            .fold(0u64, |sum, e| sum.saturating_add(e.amount))
+    }
+
+    /// The key of interval `n`: `base:n`.
     pub fn interval_key(&self, n: u64) -> String {
-        format!("{}:{n}", self.key_base)
+        self.space.interval(n)
     }
 
     /// The key of the interval the flush expects to land in, `expect`: the third of
@@ -101,16 +201,16 @@ impl FlushRequest {
     }
 
     /// The key of the interval before the expected one, `expect - 1`: the second of
-    /// [`keys`](Self::keys), whose total the reply carries when the flush lands in `expect`.
+    /// [`keys`](Self::keys), whose totals the reply carries when the flush lands in `expect`.
     ///
     /// For `expect == 0` there is no interval before; the key then names interval 0 again.
     pub fn previous_key(&self) -> String {
         self.interval_key(self.expect.saturating_sub(1))
     }
 
-    /// The key of this participant's fence: `prefix{name}:f:id`.
+    /// The key of this participant's fence: `base:f:id`.
     pub fn fence_key(&self) -> String {
-        format!("{}:f:{}", self.key_base, self.participant)
+        self.space.fence(self.participant)
     }
 
     /// The intervals a copy of this flush may land in: `expect - 1 ..= expect + 1` (from 0 when
@@ -124,7 +224,7 @@ impl FlushRequest {
     ///
     /// The interval numbers stop at 0, so for `expect` below 2 the first keys name interval 0
     /// more than once. A flush landing in interval `n` of the [`window`](Self::window) writes
-    /// the key of `n` and reads the one before it for the previous interval's total.
+    /// the key of `n` and reads the one before it for the previous interval's totals.
     pub fn keys(&self) -> [String; 5] {
         let at = |back: u64| self.interval_key(self.expect.saturating_sub(back));
         [
@@ -137,9 +237,11 @@ impl FlushRequest {
     }
 
     /// Checks every field against the ranges the flush protocol accepts, which every store
-    /// checks before its first write: `seq` in `1..=MAX_SEQ`, `amount` at most `MAX_AMOUNT`,
-    /// `interval_ms` in `1..=MAX_INTERVAL_MS`, `expect` at most `MAX_EXPECT`, and
-    /// `fence_ttl_ms` in `1..=MAX_FENCE_TTL_MS`.
+    /// checks before its first write: `seq` in `1..=MAX_SEQ`, `interval_ms` in
+    /// `1..=MAX_INTERVAL_MS`, `expect` at most `MAX_EXPECT`, `fence_ttl_ms` in
+    /// `1..=MAX_FENCE_TTL_MS`, and the entries: for a counter exactly one, with an empty key;
+    /// for a family from 1 to `MAX_ENTRIES`, keys of 1 to `MAX_KEY_LEN` bytes; every amount at
+    /// most `MAX_AMOUNT`.
     ///
     /// # Errors
     ///
@@ -148,16 +250,42 @@ impl FlushRequest {
     pub fn check(&self) -> Result<(), StoreError> {
         let fields = [
             ("seq", self.seq, 1, Self::MAX_SEQ),
-            ("amount", self.amount, 0, Self::MAX_AMOUNT),
             ("interval_ms", self.interval_ms, 1, Self::MAX_INTERVAL_MS),
             ("expect", self.expect, 0, Self::MAX_EXPECT),
             ("fence_ttl_ms", self.fence_ttl_ms, 1, Self::MAX_FENCE_TTL_MS),
         ];
         for (name, value, min, max) in fields {
             if !(min..=max).contains(&value) {
-                return Err(StoreError::refused(format!(
-                    "flush field {name} is {value}, outside {min}..={max}: build flush \
-                     requests within the protocol's ranges"
+                return Err(out_of_range(format!(
+                    "flush field {name} is {value}, outside {min}..={max}"
+                )));
+            }
+        }
+        let (count, key_len) = match self.space.layout() {
+            Layout::Counter => (1..=1, 0..=0),
+            Layout::Family => (1..=Self::MAX_ENTRIES, 1..=Self::MAX_KEY_LEN),
+        };
+        if !count.contains(&self.entries.len()) {
+            return Err(out_of_range(format!(
+                "a {:?} flush has {} entries, outside {count:?}",
+                self.space.layout(),
+                self.entries.len()
+            )));
+        }
+        for entry in &self.entries {
+            if !key_len.contains(&entry.key.len()) {
+                return Err(out_of_range(format!(
+                    "entry key {:?} is {} bytes long, outside {key_len:?}",
+                    entry.key,
+                    entry.key.len()
+                )));
+            }
+            if entry.amount > Self::MAX_AMOUNT {
+                return Err(out_of_range(format!(
+                    "entry {:?} amount {} is above {}",
+                    entry.key,
+                    entry.amount,
+                    Self::MAX_AMOUNT
                 )));
             }
         }
@@ -168,6 +296,12 @@ impl FlushRequest {
     pub fn interval(&self) -> Duration {
         Duration::from_millis(self.interval_ms)
     }
+}
+
+fn out_of_range(what: String) -> StoreError {
+    StoreError::refused(format!(
+        "{what}: build flush requests within the protocol's ranges"
+    ))
 }
 
 /// What the store did with a flush.
@@ -198,7 +332,8 @@ impl Outcome {
 }
 
 /// The store's answer to a flush.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
 pub struct FlushReply {
     /// What happened to the flush.
     pub outcome: Outcome,
@@ -206,15 +341,40 @@ pub struct FlushReply {
     pub interval: u64,
     /// How far into that interval the store's clock was.
     pub phase: Duration,
-    /// The total of the interval before `interval`, or `None` where that interval has no key.
-    ///
-    /// With [`Outcome::WrongInterval`] the store may not have read that key and this is `None`;
-    /// a counter does not take it as the group's number then.
-    pub previous_total: Option<u64>,
-    /// The interval the flush's amount is counted in: `interval` for [`Outcome::Applied`], the
-    /// interval the earlier copy was applied in for [`Outcome::Duplicate`], and `None` for every
-    /// other outcome.
+    /// The interval the flush's amounts are counted in: `interval` for [`Outcome::Applied`],
+    /// the interval the earlier copy was applied in for [`Outcome::Duplicate`], and `None` for
+    /// every other outcome.
     pub counted_in: Option<u64>,
+    /// The totals of the interval before `interval`, one per entry of the request and in its
+    /// order: `None` where that interval holds no total for the key.
+    ///
+    /// With [`Outcome::WrongInterval`] the store may not have read them and this is empty; a
+    /// counter does not take it as the group's numbers then.
+    pub previous_totals: Vec<Option<u64>>,
+}
+
+impl FlushReply {
+    /// A reply with no totals; add them with [`with_totals`](Self::with_totals).
+    pub fn new(outcome: Outcome, interval: u64, phase: Duration, counted_in: Option<u64>) -> Self {
+        Self {
+            outcome,
+            interval,
+            phase,
+            counted_in,
+            previous_totals: Vec::new(),
+        }
+    }
+
+    /// With the previous interval's totals, one per entry of the request.
+    pub fn with_totals(mut self, totals: Vec<Option<u64>>) -> Self {
+        self.previous_totals = totals;
+        self
+    }
+
+    /// The previous interval's total of the first entry: a single counter's total.
+    pub fn previous_total(&self) -> Option<u64> {
+        self.previous_totals.first().copied().flatten()
+    }
 }
 
 /// Where a counter's flushes go: an implementation of the flush protocol.
@@ -235,8 +395,14 @@ pub struct FlushReply {
 /// - An `Err` of kind [`Refused`](crate::StoreErrorKind::Refused) or
 ///   [`Unavailable`](crate::StoreErrorKind::Unavailable) means nothing was written; any other
 ///   error leaves it unknown whether the flush was applied.
-/// - Key names and expiry follow [`FlushRequest::keys`]: the interval key expires three intervals
-///   after each write, the fence after [`FlushRequest::fence_ttl_ms`].
+/// - An applied flush adds every entry's amount, or none of them: a total that would pass
+///   `i64::MAX` refuses the whole flush.
+/// - Key names and expiry follow [`FlushRequest::keys`]: in the [`Layout::Counter`] layout the
+///   interval key holds an integer; in the [`Layout::Family`] layout a hash with a field per
+///   entry's key. Either expires three intervals after each write, the fence after
+///   [`FlushRequest::fence_ttl_ms`].
+/// - The reply's [`previous_totals`](FlushReply::previous_totals) has one item per entry, in
+///   the request's order, unless the outcome is [`Outcome::WrongInterval`].
 pub trait Store: Send + Sync + 'static {
     /// A short name for diagnostics, such as `"memory"`, `"redis-rs"` or `"fred"`.
     fn name(&self) -> &str;
