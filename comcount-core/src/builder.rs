@@ -1,4 +1,4 @@
-//! Building a counter: its settings, checked, and the pair it is made of.
+//! Building a counter or a family: its settings, checked, and the pair it is made of.
 
 use std::fmt;
 use std::sync::Arc;
@@ -8,14 +8,18 @@ use crate::clock::{Clock, SystemClock, Timer};
 use crate::counter::Counter;
 use crate::diagnostics::{Diagnostics, LogDiagnostics, Reporter};
 use crate::error::ConfigError;
+use crate::family::Family;
+use crate::registry::Registry;
 use crate::sequence;
-use crate::settings::{PolicyChoice, Settings};
-use crate::shared::Shared;
+use crate::settings::{FamilyChoice, PolicyChoice, Settings};
+use crate::shared::{Lifetime, Shared};
+use crate::slot::Slot;
 use crate::store::{ParticipantId, Store};
 use crate::timing::Timing;
 use crate::worker::{Tick, Worker};
 
-/// The settings of a counter, from [`Counter::builder`].
+/// The settings of a counter, from [`Counter::builder`], or of a family, from
+/// [`Family::builder`]: the same settings, and a family's own on top.
 ///
 /// ```
 /// use std::time::Duration;
@@ -28,17 +32,89 @@ use crate::worker::{Tick, Worker};
 /// # drop((counter, worker));
 /// # Ok::<(), comcount_core::ConfigError>(())
 /// ```
-pub struct Builder {
+pub struct Builder<K = ForCounter> {
     name: String,
     interval: Duration,
     prefix: String,
     diagnostics: Arc<dyn Diagnostics>,
     participant: Option<ParticipantId>,
     policy: PolicyChoice,
+    kind: K,
 }
+
+/// Marks a [`Builder`] that builds a [`Counter`].
+#[derive(Clone, Copy, Debug)]
+pub struct ForCounter(());
+
+/// Marks a [`Builder`] that builds a [`Family`], and holds the family's own settings.
+#[derive(Clone, Copy, Debug)]
+pub struct ForFamily(FamilyChoice);
 
 impl Builder {
     pub(crate) fn new(name: String, interval: Duration) -> Self {
+        Self::with_kind(name, interval, ForCounter(()))
+    }
+}
+
+impl Builder<ForFamily> {
+    pub(crate) fn family(name: String, interval: Duration) -> Self {
+        Self::with_kind(name, interval, ForFamily(FamilyChoice::default()))
+    }
+
+    /// Splits the family into `partitions` parts, each flushed with one round trip per
+    /// interval, under a hash tag of its own (so that a Redis Cluster spreads them). 1 by
+    /// default, at most 65,536.
+    ///
+    /// Every participant of a family must use the same number: it decides which partition
+    /// a key belongs to. A flush carries at most 1000 keys, so take about one partition per
+    /// 500 keys counted at once; a partition with more keys than a flush carries flushes
+    /// them in turns, and their totals come less often.
+    pub fn partitions(mut self, partitions: u32) -> Self {
+        self.kind.0.partitions = partitions;
+        self
+    }
+
+    /// The most keys the family holds at once, 100,000 by default. A new key past it is
+    /// refused with [`KeyError::Full`](crate::KeyError::Full), and nothing is counted.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.kind.0.max_keys = max_keys;
+        self
+    }
+
+    /// How long a key may go without being incremented or read, with nothing to send and no
+    /// handle on it, before it is evicted: by default a minute, or ten intervals if longer;
+    /// at least one interval.
+    ///
+    /// Until then the key is flushed every interval, so that its total stays fresh. An
+    /// evicted key loses nothing, its buffer being empty; used again, it comes back, and its
+    /// total is unknown until the next flush brings it.
+    pub fn evict_after(mut self, evict_after: Duration) -> Self {
+        self.kind.0.evict_after = Some(evict_after);
+        self
+    }
+
+    /// Checks the settings and makes the family: the [`Family`] handle to count with, and
+    /// the [`Worker`] that flushes it, to spawn on the runtime of your choice with `timer` as
+    /// its time.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] says which setting cannot work and how to fix it.
+    pub fn build<S: Store, T: Timer>(
+        self,
+        store: S,
+        timer: T,
+    ) -> Result<(Family, Worker), ConfigError> {
+        let family = self.kind.0;
+        let settings = self.settings()?.with_family(family)?;
+        let keys = Registry::family(family.partitions, family.max_keys);
+        let (life, worker) = self.start(settings, keys, store, timer);
+        Ok((Family::new(life), worker))
+    }
+}
+
+impl<K> Builder<K> {
+    fn with_kind(name: String, interval: Duration, kind: K) -> Self {
         Self {
             name,
             interval,
@@ -46,6 +122,7 @@ impl Builder {
             diagnostics: Arc::new(LogDiagnostics),
             participant: None,
             policy: PolicyChoice::default(),
+            kind,
         }
     }
 
@@ -115,6 +192,34 @@ impl Builder {
             .resend_window(Duration::ZERO)
     }
 
+    fn settings(&self) -> Result<Settings, ConfigError> {
+        Settings::with_policy(&self.name, &self.prefix, self.interval, self.policy)
+    }
+
+    /// The shared state over `keys`, and the worker that flushes it.
+    fn start<S: Store, T: Timer>(
+        self,
+        settings: Settings,
+        keys: Registry,
+        store: S,
+        timer: T,
+    ) -> (Arc<Lifetime>, Worker) {
+        let (shared, stopped) = Shared::new(Arc::clone(&settings.name), keys);
+        let shared = Arc::new(shared);
+        let tick = Tick {
+            first_seq: sequence::first(SystemClock.now()),
+            report: Reporter::new(Arc::clone(&settings.name), self.diagnostics),
+            participant: self.participant.unwrap_or_else(ParticipantId::random),
+            shared: Arc::clone(&shared),
+            store,
+            timer,
+            settings,
+        };
+        (Arc::new(Lifetime(shared)), Worker::new(tick, stopped))
+    }
+}
+
+impl Builder {
     /// Checks the settings and makes the counter: the [`Counter`] handle to count with, and
     /// the [`Worker`] that flushes it, to spawn on the runtime of your choice with `timer` as
     /// its time.
@@ -127,24 +232,15 @@ impl Builder {
         store: S,
         timer: T,
     ) -> Result<(Counter, Worker), ConfigError> {
-        let settings = Settings::with_policy(&self.name, &self.prefix, self.interval, self.policy)?;
-        let (shared, stopped) = Shared::new(Arc::clone(&settings.name));
-        let shared = Arc::new(shared);
-        let counter = Counter::new(Arc::clone(&shared));
-        let tick = Tick {
-            first_seq: sequence::first(SystemClock.now()),
-            report: Reporter::new(Arc::clone(&settings.name), self.diagnostics),
-            participant: self.participant.unwrap_or_else(ParticipantId::random),
-            shared,
-            store,
-            timer,
-            settings,
-        };
-        Ok((counter, Worker::new(tick, stopped)))
+        let settings = self.settings()?;
+        let slot = Arc::new(Slot::new("".into(), 0));
+        let keys = Registry::single(Arc::clone(&slot));
+        let (life, worker) = self.start(settings, keys, store, timer);
+        Ok((Counter::new(slot, life), worker))
     }
 }
 
-impl fmt::Debug for Builder {
+impl<K: fmt::Debug> fmt::Debug for Builder<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("name", &self.name)
@@ -152,6 +248,7 @@ impl fmt::Debug for Builder {
             .field("prefix", &self.prefix)
             .field("participant", &self.participant)
             .field("policy", &self.policy)
+            .field("kind", &self.kind)
             .finish_non_exhaustive()
     }
 }

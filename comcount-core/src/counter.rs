@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use crate::builder::Builder;
 use crate::error::AmountError;
-use crate::shared::Shared;
+use crate::shared::Lifetime;
+use crate::slot::Slot;
+use crate::tally::Refusal;
 
 /// A participant's handle on a distributed counter.
 ///
@@ -24,18 +26,9 @@ use crate::shared::Shared;
 /// ```
 #[derive(Clone)]
 pub struct Counter {
-    shared: Arc<Shared>,
-    /// Held for its drop: the last handle to go closes the counter.
-    _lifetime: Arc<Lifetime>,
-}
-
-/// Closes the counter when the last handle is dropped, as [`Counter::close`] does.
-struct Lifetime(Arc<Shared>);
-
-impl Drop for Lifetime {
-    fn drop(&mut self) {
-        self.0.close();
-    }
+    slot: Arc<Slot>,
+    /// The state shared with the worker; the last handle to go closes the counter.
+    life: Arc<Lifetime>,
 }
 
 impl Counter {
@@ -46,12 +39,8 @@ impl Counter {
         Builder::new(name.into(), interval)
     }
 
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        let lifetime = Arc::new(Lifetime(Arc::clone(&shared)));
-        Self {
-            shared,
-            _lifetime: lifetime,
-        }
+    pub(crate) fn new(slot: Arc<Slot>, life: Arc<Lifetime>) -> Self {
+        Self { slot, life }
     }
 
     /// Counts `amount` and returns the best lower bound on the group's count now.
@@ -68,7 +57,7 @@ impl Counter {
     #[inline]
     #[track_caller]
     pub fn increment(&self, amount: u64) -> u64 {
-        match self.shared.increment(amount) {
+        match self.try_increment(amount) {
             Ok(count) => count,
             Err(error) => panic!("{error}"),
         }
@@ -88,13 +77,13 @@ impl Counter {
     /// ```
     #[inline]
     pub fn try_increment(&self, amount: u64) -> Result<u64, AmountError> {
-        self.shared.increment(amount)
+        held_increment(&self.life, &self.slot, amount)
     }
 
     /// The count `increment(0)` would return, without counting, and without starting the
     /// background flushing.
     pub fn count(&self) -> u64 {
-        self.shared.count()
+        self.slot.count()
     }
 
     /// The group's total over the last closed interval, or `None` when it is not known: before
@@ -102,17 +91,17 @@ impl Counter {
     /// intervals (plus the round trip of the reply that brought it, up to three intervals), or
     /// once the counter is closed or its worker has ended.
     pub fn group_total(&self) -> Option<u64> {
-        self.shared.group.get()
+        self.slot.total.get()
     }
 
     /// This participant's amount not yet sent.
     pub fn buffered(&self) -> u64 {
-        self.shared.buffer.get()
+        self.slot.buffer.get()
     }
 
     /// The counter's name.
     pub fn name(&self) -> &str {
-        &self.shared.name
+        &self.life.0.name
     }
 
     /// Stops the background flushing, at once and for good; sends nothing.
@@ -128,12 +117,28 @@ impl Counter {
     /// counting locally and answering with its own buffer. Calling it again does nothing.
     /// Dropping every handle has the same effect.
     pub fn close(&self) {
-        self.shared.close();
+        self.life.0.close();
     }
 
     /// Whether [`close`](Counter::close) was called (or every handle was dropped).
     pub fn is_closed(&self) -> bool {
-        self.shared.is_closed()
+        self.life.0.is_closed()
+    }
+}
+
+/// The hot path of a handle on one key: the key cannot be evicted while the handle holds it.
+#[inline]
+pub(crate) fn held_increment(
+    life: &Lifetime,
+    slot: &Slot,
+    amount: u64,
+) -> Result<u64, AmountError> {
+    match life.0.increment(slot, amount) {
+        Ok(count) => Ok(count),
+        Err(Refusal::Amount(error)) => Err(error),
+        // A held key is never retired; were it ever, the amount would not be counted, and
+        // saying that the buffer is full is the closest truth.
+        Err(Refusal::Retired) => Err(AmountError::BufferFull { amount }),
     }
 }
 

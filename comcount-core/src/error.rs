@@ -45,6 +45,22 @@ pub enum ConfigError {
         /// How long the fence lives.
         fence_ttl: Duration,
     },
+    /// A family's number of partitions is 0 or above the most allowed.
+    Partitions {
+        /// The number given.
+        partitions: u32,
+        /// The most allowed.
+        max: u32,
+    },
+    /// A family's key cap is 0.
+    NoKeys,
+    /// A family would evict keys sooner than one interval after their last use.
+    EvictAfterTooShort {
+        /// The time given.
+        evict_after: Duration,
+        /// The interval.
+        interval: Duration,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -94,6 +110,24 @@ impl fmt::Display for ConfigError {
                  counting twice, so use a window under {:?}",
                 *fence_ttl / 2
             ),
+            ConfigError::Partitions { partitions, max } => write!(
+                f,
+                "a family needs 1 to {max} partitions, not {partitions}: take about one \
+                 partition per 500 keys counted at once, so that a flush stays well under the \
+                 1000 keys it may carry"
+            ),
+            ConfigError::NoKeys => f.write_str(
+                "the family's key cap is 0, so it could count nothing: set max_keys to the \
+                 most keys you expect at once",
+            ),
+            ConfigError::EvictAfterTooShort {
+                evict_after,
+                interval,
+            } => write!(
+                f,
+                "keys would be evicted {evict_after:?} after their last use, sooner than one \
+                 interval ({interval:?}): keep them at least an interval, better several"
+            ),
         }
     }
 }
@@ -135,6 +169,65 @@ impl fmt::Display for AmountError {
 }
 
 impl Error for AmountError {}
+
+/// A key, or an amount for it, that a [`Family`](crate::Family) cannot count. Nothing is
+/// counted when one is returned.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The key is empty.
+    Empty,
+    /// The key is longer than the most a flush carries.
+    TooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The longest key allowed, in bytes.
+        max: usize,
+    },
+    /// The family holds as many keys as its cap allows, and this one is new.
+    Full {
+        /// The family's key cap.
+        max_keys: usize,
+    },
+    /// The amount cannot be counted.
+    Amount(AmountError),
+}
+
+impl From<AmountError> for KeyError {
+    fn from(error: AmountError) -> Self {
+        KeyError::Amount(error)
+    }
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyError::Empty => f.write_str(
+                "the key is empty: give every key of a family a name, such as a tenant's id",
+            ),
+            KeyError::TooLong { len, max } => write!(
+                f,
+                "the key is {len} bytes long, more than the {max} a flush carries: use a \
+                 shorter id, or a hash of it"
+            ),
+            KeyError::Full { max_keys } => write!(
+                f,
+                "the family already holds its cap of {max_keys} keys, so a new one is not \
+                 counted: raise max_keys, or evict idle keys sooner with evict_after"
+            ),
+            KeyError::Amount(error) => error.fmt(f),
+        }
+    }
+}
+
+impl Error for KeyError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            KeyError::Amount(error) => Some(error),
+            _ => None,
+        }
+    }
+}
 
 /// How a flush failed, which decides what the counter may do with its amount.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]

@@ -16,23 +16,25 @@ use std::fmt;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use futures::channel::oneshot;
 use futures::future::{Either, select};
 
 use crate::aim::Aim;
+use crate::batch::{Ages, Batch};
 use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
-use crate::error::{AmountError, StoreError};
+use crate::error::StoreError;
 use crate::flight::{Answer, Flight};
 use crate::round_trip::RoundTrip;
 use crate::settings::Settings;
 use crate::shared::Shared;
 use crate::slow_alarm::SlowAlarm;
-use crate::store::{FlushRequest, Outcome, ParticipantId, Store};
+use crate::store::{FlushRequest, Outcome, Store};
 use crate::timing::Timing;
-use crate::watch::Watch;
+use crate::watch::{Stop, Watch, stale_after};
+use crate::worker::Tick;
 
 /// How many wrong-interval replies in a row a flush may get before it waits for the next
 /// interval; each costs a round trip, so a run of them is short and never a busy loop.
@@ -49,6 +51,8 @@ pub(crate) struct Flusher<S, T> {
     round_trip: RoundTrip,
     alarm: SlowAlarm,
     request: FlushRequest,
+    /// The keys the flush carries.
+    batch: Batch,
     /// The last interval this participant is known to have added to.
     last_added: Option<u64>,
     /// Spreads participants that cannot add to every interval over different ones.
@@ -100,41 +104,50 @@ struct Plan {
 }
 
 impl<S: Store, T: Timer> Flusher<S, T> {
-    pub(crate) fn new(
-        shared: Arc<Shared>,
-        store: S,
-        timer: T,
-        settings: Settings,
-        report: Reporter,
-        participant: ParticipantId,
-        first_seq: u64,
-    ) -> Self {
-        Self {
-            watch: Watch::new(
-                timer.clone(),
-                Arc::clone(&shared),
-                report.clone(),
-                settings.interval,
-            ),
-            aim: Aim::new(settings.interval_ms),
-            round_trip: RoundTrip::new(settings.policy.flush_timeout),
-            alarm: SlowAlarm::new(settings.interval),
-            request: FlushRequest::new(settings.space.clone(), participant, settings.interval_ms)
-                .with_seq(first_seq)
-                .with_fence_ttl_ms(settings.fence_ttl_ms)
-                .with_amount(0),
-            last_added: None,
-            spread: fastrand::Rng::with_seed(participant.as_u64() ^ first_seq),
+    /// The flush loop of `partition` (0 for a counter).
+    pub(crate) fn new(tick: &Tick<Arc<S>, T>, partition: u32) -> Self {
+        let Tick {
             shared,
-            store: Arc::new(store),
+            store,
             timer,
             settings,
             report,
+            participant,
+            first_seq,
+        } = tick;
+        Self {
+            watch: Watch::new(
+                timer.clone(),
+                Arc::clone(shared),
+                partition,
+                report.clone(),
+                settings.interval,
+            ),
+            batch: Batch::new(Arc::clone(shared), partition),
+            aim: Aim::new(settings.interval_ms),
+            round_trip: RoundTrip::new(settings.policy.flush_timeout),
+            alarm: SlowAlarm::new(settings.interval),
+            request: FlushRequest::new(
+                settings.space(partition),
+                *participant,
+                settings.interval_ms,
+            )
+            .with_seq(*first_seq)
+            .with_fence_ttl_ms(settings.fence_ttl_ms),
+            last_added: None,
+            spread: fastrand::Rng::with_seed(
+                participant.as_u64() ^ first_seq ^ u64::from(partition),
+            ),
+            shared: Arc::clone(shared),
+            store: Arc::clone(store),
+            timer: timer.clone(),
+            settings: settings.clone(),
+            report: report.clone(),
         }
     }
 
     /// Waits for the first increment, then flushes, pauses and flushes again until stopped.
-    pub(crate) async fn run(&mut self, stop: &mut oneshot::Receiver<()>) -> Option<()> {
+    pub(crate) async fn run(&mut self, stop: &mut Stop) -> Option<()> {
         self.watch.until(self.shared.started(), stop).await?;
         loop {
             let settled = self.flush(stop).await?;
@@ -180,12 +193,21 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         }
     }
 
-    /// Takes the buffer as one new flush and keeps at it until it is settled; `None` once the
+    /// Takes the buffers as one new flush and keeps at it until it is settled; `None` once the
     /// counter is closed.
-    async fn flush(&mut self, stop: &mut oneshot::Receiver<()>) -> Option<Settled> {
-        let amount = self.shared.while_open(|| self.shared.buffer.take())?;
+    async fn flush(&mut self, stop: &mut Stop) -> Option<Settled> {
+        let ages = self.ages();
+        self.shared.epoch.fetch_max(ages.epoch, Relaxed);
+        let Self {
+            shared,
+            batch,
+            request,
+            ..
+        } = self;
+        if !shared.while_open(|| batch.gather(request, ages))? {
+            return Some(Settled::NotCounted);
+        }
         self.request.seq += 1;
-        self.request.entries[0].amount = amount;
         let started = self.timer.now();
         let mut flight = Flight::default();
         let mut plan = Plan {
@@ -342,25 +364,25 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         plan.backoff.reset();
         match reply.outcome {
             Outcome::Applied | Outcome::Duplicate => {
-                self.watch.refresh(reply.previous_total(), round_trip);
+                self.refresh(&reply.previous_totals, round_trip);
                 let interval = reply.counted_in.unwrap_or(reply.interval);
                 self.report.emit(Event::FlushCompleted {
                     interval,
                     amount: self.request.amount(),
                     keys: self.request.entries.len(),
-                    count: self.shared.count(),
+                    count: self.batch.count(),
                 });
                 return Some(Settled::Counted(interval));
             }
             Outcome::Stale => {
-                self.watch.refresh(reply.previous_total(), round_trip);
+                self.refresh(&reply.previous_totals, round_trip);
                 plan.refusal = Some(StoreError::refused(StaleFlush));
                 plan.next_copy = None;
             }
             Outcome::Fenced => {
                 // This participant added to this interval already: the same flush goes to a
                 // later one.
-                self.watch.refresh(reply.previous_total(), round_trip);
+                self.refresh(&reply.previous_totals, round_trip);
                 self.last_added = self.last_added.max(Some(reply.interval));
                 plan.wrong_in_a_row = 0;
                 let wait = self
@@ -415,14 +437,15 @@ impl<S: Store, T: Timer> Flusher<S, T> {
 
     /// Ends a flush that no answer settled.
     fn conclude(&self, flight: &Flight, plan: Plan) -> Settled {
-        let amount = self.request.amount();
         match plan.refusal {
             // A refusal is final: a copy run again is refused again, and a stale one is
             // behind a later flush of this participant for good.
-            Some(refusal) if flight.all_answered_unapplied() => self.fail(&refusal, amount),
-            Some(refusal) => self.unsettled(&refusal, amount),
-            // No copy can ever be applied: the amount joins a later flush.
-            None if flight.certainly_not_counted(self.last_added) => self.put_back(amount),
+            Some(refusal) if flight.all_answered_unapplied() => self.give_up(&refusal, true),
+            Some(refusal) => self.give_up(&refusal, false),
+            // No copy can ever be applied: the amounts join a later flush.
+            None if flight.certainly_not_counted(self.last_added) => {
+                self.batch.put_back(&self.request, &self.report);
+            }
             None => {
                 let error = plan.last_error.unwrap_or_else(|| {
                     if flight.all_answered_unapplied() {
@@ -431,7 +454,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                         StoreError::unanswered(NoReply)
                     }
                 });
-                self.unsettled(&error, amount);
+                self.give_up(&error, false);
             }
         }
         Settled::NotCounted
@@ -439,11 +462,10 @@ impl<S: Store, T: Timer> Flusher<S, T> {
 
     /// Accounts for the flush in the air when the counter is closed.
     fn closed(&self, flight: &Flight) -> Option<Settled> {
-        let amount = self.request.amount();
         if flight.certainly_not_counted(self.last_added) {
-            self.put_back(amount);
-        } else if amount > 0 {
-            self.unsettled(&StoreError::unanswered(ClosedInFlight), amount);
+            self.batch.put_back(&self.request, &self.report);
+        } else if self.request.amount() > 0 {
+            self.give_up(&StoreError::unanswered(ClosedInFlight), false);
         }
         None
     }
@@ -463,34 +485,40 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             .min(fence_ttl / 2)
     }
 
-    /// Returns an amount that was certainly not counted to the buffer.
-    fn put_back(&self, amount: u64) {
-        let overflow = self.shared.buffer.put_back(amount);
-        if overflow > 0 {
-            let error = StoreError::refused(AmountError::BufferFull { amount });
-            self.fail(&error, overflow);
+    /// Reports the flush's amounts as never sent again: `dropped` when certainly not counted,
+    /// unsettled otherwise.
+    fn give_up(&self, error: &StoreError, dropped: bool) {
+        self.batch
+            .give_up(&self.request, error, dropped, &self.report);
+    }
+
+    /// Takes a reply's totals as the group's numbers; the copy that brought them took
+    /// `round_trip`.
+    fn refresh(&mut self, totals: &[Option<u64>], round_trip: Duration) {
+        self.batch.refresh(totals, self.now_ms());
+        self.watch
+            .refreshed(totals.iter().any(Option::is_some), round_trip);
+    }
+
+    /// What decides which keys the next flush takes, and which it forgets or evicts.
+    fn ages(&self) -> Ages {
+        let now = self.timer.now();
+        let round_trip = self.round_trip.smoothed().unwrap_or(Duration::ZERO);
+        Ages {
+            epoch: millis(now) / self.settings.interval_ms,
+            evict_after: self.settings.evict_after_intervals(),
+            now_ms: self.now_ms(),
+            stale_after_ms: millis(stale_after(self.settings.interval, round_trip)),
         }
     }
 
-    /// Reports an amount certainly not counted, and dropped.
-    fn fail(&self, error: &StoreError, dropped: u64) {
-        self.report.emit(Event::FlushFailed {
-            error,
-            key: None,
-            dropped,
-            unsettled: 0,
-        });
+    fn now_ms(&self) -> u64 {
+        millis(self.timer.now())
     }
+}
 
-    /// Reports an amount that may or may not have been counted, and is not sent again.
-    fn unsettled(&self, error: &StoreError, amount: u64) {
-        self.report.emit(Event::FlushFailed {
-            error,
-            key: None,
-            dropped: 0,
-            unsettled: amount,
-        });
-    }
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Awaits `answer` or `deadline`, whichever comes first: `None` for the deadline.

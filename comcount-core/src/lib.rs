@@ -49,20 +49,24 @@
 //! ```
 
 mod aim;
+mod batch;
 mod builder;
 pub mod clock;
 mod counter;
 pub mod diagnostics;
 mod error;
+mod family;
 mod flight;
 mod flusher;
 pub mod keys;
 mod memory;
+mod registry;
 mod round_trip;
 pub mod script;
 mod sequence;
 mod settings;
 mod shared;
+mod slot;
 mod slow_alarm;
 mod store;
 mod sync;
@@ -71,9 +75,10 @@ mod timing;
 mod watch;
 mod worker;
 
-pub use builder::Builder;
+pub use builder::{Builder, ForCounter, ForFamily};
 pub use counter::Counter;
-pub use error::{AmountError, ConfigError, StoreError, StoreErrorKind};
+pub use error::{AmountError, ConfigError, KeyError, StoreError, StoreErrorKind};
+pub use family::{Family, KeyCounter};
 pub use keys::{KeySpace, Layout};
 pub use memory::MemoryStore;
 pub use store::{Entry, FlushReply, FlushRequest, Outcome, ParticipantId, Store};

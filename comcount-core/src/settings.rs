@@ -17,12 +17,42 @@ const FENCE_TTL_FLOOR: Duration = Duration::from_secs(10 * 60);
 pub(crate) struct Settings {
     pub(crate) name: Arc<str>,
     pub(crate) prefix: Arc<str>,
-    pub(crate) space: KeySpace,
+    /// Set for a family, `None` for a counter.
+    pub(crate) family: Option<FamilySettings>,
     pub(crate) interval: Duration,
     pub(crate) interval_ms: u64,
     pub(crate) fence_ttl_ms: u64,
     pub(crate) policy: Policy,
 }
+
+/// What a family adds to a counter's settings.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FamilySettings {
+    pub(crate) partitions: u32,
+    /// A key not looked up for this many intervals, with nothing to send, is evicted.
+    pub(crate) evict_after_intervals: u64,
+}
+
+/// A family's settings as a builder holds them, before the checks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FamilyChoice {
+    pub(crate) partitions: u32,
+    pub(crate) max_keys: usize,
+    pub(crate) evict_after: Option<Duration>,
+}
+
+impl Default for FamilyChoice {
+    fn default() -> Self {
+        Self {
+            partitions: 1,
+            max_keys: 100_000,
+            evict_after: None,
+        }
+    }
+}
+
+/// The most partitions a family may have.
+pub(crate) const MAX_PARTITIONS: u32 = 1 << 16;
 
 /// The tick's settings as a builder holds them, before the checks.
 #[derive(Clone, Copy, Debug, Default)]
@@ -33,6 +63,55 @@ pub(crate) struct PolicyChoice {
 }
 
 impl Settings {
+    /// The keys of `partition` (of the counter itself, when this is not a family).
+    pub(crate) fn space(&self, partition: u32) -> KeySpace {
+        match self.family {
+            Some(_) => KeySpace::partition(&self.prefix, &self.name, partition),
+            None => KeySpace::counter(&self.prefix, &self.name),
+        }
+    }
+
+    /// How many partitions flush: 1 for a counter.
+    pub(crate) fn partitions(&self) -> u32 {
+        self.family.map_or(1, |f| f.partitions)
+    }
+
+    /// After how many intervals without a lookup an empty key is evicted; never for a counter.
+    pub(crate) fn evict_after_intervals(&self) -> Option<u64> {
+        self.family.map(|f| f.evict_after_intervals)
+    }
+
+    /// Checks a family's own settings on top of these.
+    pub(crate) fn with_family(mut self, choice: FamilyChoice) -> Result<Self, ConfigError> {
+        if !(1..=MAX_PARTITIONS).contains(&choice.partitions) {
+            return Err(ConfigError::Partitions {
+                partitions: choice.partitions,
+                max: MAX_PARTITIONS,
+            });
+        }
+        if choice.max_keys == 0 {
+            return Err(ConfigError::NoKeys);
+        }
+        // By default a minute, or ten intervals if longer.
+        let evict_after = choice
+            .evict_after
+            .unwrap_or_else(|| (self.interval * 10).max(Duration::from_secs(60)));
+        if evict_after < self.interval {
+            return Err(ConfigError::EvictAfterTooShort {
+                evict_after,
+                interval: self.interval,
+            });
+        }
+        let evict_after_intervals = (evict_after.as_millis() / u128::from(self.interval_ms))
+            .try_into()
+            .unwrap_or(u64::MAX);
+        self.family = Some(FamilySettings {
+            partitions: choice.partitions,
+            evict_after_intervals,
+        });
+        Ok(self)
+    }
+
     #[cfg(test)]
     pub(crate) fn new(name: &str, prefix: &str, interval: Duration) -> Result<Self, ConfigError> {
         Self::with_policy(name, prefix, interval, PolicyChoice::default())
@@ -76,7 +155,7 @@ impl Settings {
         Ok(Self {
             name: name.into(),
             prefix: prefix.into(),
-            space: KeySpace::counter(prefix, name),
+            family: None,
             interval,
             interval_ms,
             fence_ttl_ms,
@@ -121,7 +200,7 @@ mod tests {
     #[test]
     fn key_base_wraps_the_name_in_a_hash_tag_after_the_prefix() {
         let s = Settings::new("requests", "svc:", Duration::from_secs(5)).unwrap();
-        assert_eq!(s.space.base(), "svc:{requests}");
+        assert_eq!(s.space(0).base(), "svc:{requests}");
         assert_eq!(s.interval_ms, 5000);
         assert_eq!(s.fence_ttl_ms, 600_000);
         assert_eq!(s.policy.timing, Timing::MidInterval);

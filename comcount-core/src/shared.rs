@@ -1,21 +1,24 @@
-//! The state a counter's handles share with its background task.
+//! The state a counter's or a family's handles share with its background task.
 
 use std::future::poll_fn;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
 
 use futures::channel::oneshot;
 use futures::task::AtomicWaker;
 
-use crate::error::AmountError;
-use crate::tally::{self, Buffer, GroupTotal};
+use crate::registry::Registry;
+use crate::slot::Slot;
+use crate::tally::Refusal;
 
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) name: Arc<str>,
-    pub(crate) buffer: Buffer,
-    pub(crate) group: GroupTotal,
+    pub(crate) keys: Registry,
+    /// The interval number the background task last flushed in, for noting when keys are
+    /// looked up.
+    pub(crate) epoch: AtomicU64,
     started: AtomicBool,
     start: AtomicWaker,
     /// The background task's stop signal, until the counter is closed. Whatever the task sends
@@ -26,12 +29,12 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// The shared state, and the receiving end of its stop signal for the background task.
-    pub(crate) fn new(name: Arc<str>) -> (Self, oneshot::Receiver<()>) {
+    pub(crate) fn new(name: Arc<str>, keys: Registry) -> (Self, oneshot::Receiver<()>) {
         let (stop, stopped) = oneshot::channel();
         let shared = Self {
             name,
-            buffer: Buffer::default(),
-            group: GroupTotal::default(),
+            keys,
+            epoch: AtomicU64::new(0),
             started: AtomicBool::new(false),
             start: AtomicWaker::new(),
             open: Mutex::new(Some(stop)),
@@ -40,11 +43,16 @@ impl Shared {
     }
 
     /// Stops the background task for good: nothing is sent to the store after this returns,
-    /// and the group's total is no longer known.
+    /// and no group total is known any more.
     pub(crate) fn close(&self) {
         let sender = self.lock_open().take();
         drop(sender);
-        self.group.set(None);
+        self.forget_totals();
+    }
+
+    /// Makes every key's group total unknown.
+    pub(crate) fn forget_totals(&self) {
+        self.keys.for_each(|slot| slot.total.set(None));
     }
 
     /// Whether [`close`](Shared::close) was called.
@@ -66,19 +74,21 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The hot path: one compare-and-swap, two loads, and a wake only on the very first call.
+    /// The hot path: adds `amount` to `slot` and returns the max rule's count; wakes the
+    /// background task on the key's very first add.
     #[inline]
-    pub(crate) fn increment(&self, amount: u64) -> Result<u64, AmountError> {
-        let buffered = self.buffer.add(amount)?;
-        if !self.started.load(Ordering::Relaxed) {
+    pub(crate) fn increment(&self, slot: &Slot, amount: u64) -> Result<u64, Refusal> {
+        let (count, first) = slot.add(amount)?;
+        if first {
             self.start();
         }
-        Ok(tally::count(self.group.get(), buffered))
+        Ok(count)
     }
 
-    /// What `increment(0)` would return, without starting anything.
-    pub(crate) fn count(&self) -> u64 {
-        tally::count(self.group.get(), self.buffer.get())
+    /// The interval number to note a key's lookup in.
+    #[inline]
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Relaxed)
     }
 
     #[cold]
@@ -102,5 +112,16 @@ impl Shared {
             }
         })
         .await
+    }
+}
+
+/// Closes the counter or family when the last handle is dropped, as `close()` does. Every
+/// handle holds one reference.
+#[derive(Debug)]
+pub(crate) struct Lifetime(pub(crate) Arc<Shared>);
+
+impl Drop for Lifetime {
+    fn drop(&mut self) {
+        self.0.close();
     }
 }

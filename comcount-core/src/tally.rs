@@ -9,34 +9,53 @@ use crate::sync::{AtomicU64, Ordering::Relaxed};
 /// The most a buffer, an amount or a total may be: what Redis holds in an integer.
 pub(crate) const MAX: u64 = i64::MAX as u64;
 
+/// What a retired buffer holds: above anything an add can reach.
+const RETIRED: u64 = u64::MAX;
+
+/// Why an add was refused.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Refusal {
+    /// The amount cannot be counted.
+    Amount(AmountError),
+    /// The buffer was retired: the add belongs in another one.
+    Retired,
+}
+
 /// This participant's amount not yet sent.
 #[derive(Debug, Default)]
 pub(crate) struct Buffer(AtomicU64);
 
 impl Buffer {
     /// Adds `amount` and returns the buffer after it; refuses an add that would take the
-    /// buffer past [`MAX`], leaving it as it was.
-    ///
-    /// A compare-and-swap, so the buffer never holds more than [`MAX`], not even for an
-    /// instant: a `fetch_add` undone after the fact could let the tick take an amount that a
-    /// failing add was about to take back.
+    /// buffer past [`MAX`], leaving it as it was, and any add to a retired buffer.
     #[inline]
-    pub(crate) fn add(&self, amount: u64) -> Result<u64, AmountError> {
+    pub(crate) fn add(&self, amount: u64) -> Result<u64, Refusal> {
         if amount > MAX {
-            return Err(AmountError::TooLarge { amount });
+            return Err(Refusal::Amount(AmountError::TooLarge { amount }));
         }
         let mut now = self.0.load(Relaxed);
         loop {
+            if now > MAX {
+                return Err(Refusal::Retired);
+            }
             // Both are at most MAX, so the sum cannot wrap.
             let after = now + amount;
             if after > MAX {
-                return Err(AmountError::BufferFull { amount });
+                return Err(Refusal::Amount(AmountError::BufferFull { amount }));
             }
             match self.0.compare_exchange_weak(now, after, Relaxed, Relaxed) {
                 Ok(_) => return Ok(after),
                 Err(actual) => now = actual,
             }
         }
+    }
+
+    /// Retires an empty buffer for good: every later add is refused with
+    /// [`Refusal::Retired`]. Returns whether it was empty, and so is retired now.
+    pub(crate) fn retire(&self) -> bool {
+        self.0
+            .compare_exchange(0, RETIRED, Relaxed, Relaxed)
+            .is_ok()
     }
 
     /// Takes the whole buffer, leaving zero.
@@ -59,7 +78,10 @@ impl Buffer {
     /// The buffer now.
     #[inline]
     pub(crate) fn get(&self) -> u64 {
-        self.0.load(Relaxed)
+        match self.0.load(Relaxed) {
+            RETIRED => 0,
+            n => n,
+        }
     }
 }
 
@@ -108,10 +130,13 @@ mod tests {
         let b = Buffer::default();
         assert_eq!(
             b.add(MAX + 1),
-            Err(AmountError::TooLarge { amount: MAX + 1 })
+            Err(Refusal::Amount(AmountError::TooLarge { amount: MAX + 1 }))
         );
         assert_eq!(b.add(MAX - 1), Ok(MAX - 1));
-        assert_eq!(b.add(2), Err(AmountError::BufferFull { amount: 2 }));
+        assert_eq!(
+            b.add(2),
+            Err(Refusal::Amount(AmountError::BufferFull { amount: 2 }))
+        );
         assert_eq!(b.get(), MAX - 1);
         assert_eq!(b.add(1), Ok(MAX));
     }
@@ -122,7 +147,7 @@ mod tests {
         assert_eq!(b.add(MAX), Ok(MAX));
         assert_eq!(
             Buffer::default().add(MAX + 1),
-            Err(AmountError::TooLarge { amount: MAX + 1 })
+            Err(Refusal::Amount(AmountError::TooLarge { amount: MAX + 1 }))
         );
     }
 

@@ -1,5 +1,5 @@
 //! Waiting on anything while watching for two other things: the counter being stopped, and the
-//! group's total going stale.
+//! group's totals going stale.
 
 use std::future::{Future, poll_fn};
 use std::pin::pin;
@@ -9,18 +9,23 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::channel::oneshot;
+use futures::future;
 
 use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
 use crate::shared::Shared;
 
-/// Keeps the group's total and how fresh it is. A total that nothing refreshed for two
-/// intervals becomes unknown, whatever the background task is busy with: a hanging flush
-/// included. A total that took a long round trip to arrive keeps that much longer (up to three
-/// intervals more), since the next one will take as long.
+/// The stop signal, as every partition's flush loop watches it.
+pub(crate) type Stop = future::Shared<oneshot::Receiver<()>>;
+
+/// Keeps how fresh a partition's totals are. Totals that nothing refreshed for two intervals
+/// become unknown, whatever the background task is busy with: a hanging flush included.
+/// Totals that took a long round trip to arrive keep that much longer (up to three intervals
+/// more), since the next ones will take as long.
 pub(crate) struct Watch<T> {
     timer: T,
     shared: Arc<Shared>,
+    partition: u32,
     report: Reporter,
     interval: Duration,
     /// When the total goes stale, while one is known.
@@ -36,10 +41,17 @@ enum Woke<O> {
 }
 
 impl<T: Timer> Watch<T> {
-    pub(crate) fn new(timer: T, shared: Arc<Shared>, report: Reporter, interval: Duration) -> Self {
+    pub(crate) fn new(
+        timer: T,
+        shared: Arc<Shared>,
+        partition: u32,
+        report: Reporter,
+        interval: Duration,
+    ) -> Self {
         Self {
             timer,
             shared,
+            partition,
             report,
             interval,
             stale_at: None,
@@ -47,13 +59,12 @@ impl<T: Timer> Watch<T> {
         }
     }
 
-    /// Takes a reply's total as the group's number (`None` makes it unknown); the copy that
-    /// brought it took `round_trip`.
-    pub(crate) fn refresh(&mut self, total: Option<u64>, round_trip: Duration) {
-        self.shared.group.set(total);
+    /// Notes that a reply refreshed the partition's totals (`known`: some of them are known);
+    /// the copy that brought them took `round_trip`.
+    pub(crate) fn refreshed(&mut self, known: bool, round_trip: Duration) {
         let now = self.timer.now();
         self.refreshed_at = now;
-        self.stale_at = total.map(|_| now + stale_after(self.interval, round_trip));
+        self.stale_at = known.then(|| now + stale_after(self.interval, round_trip));
     }
 
     /// Awaits `future`, or returns `None` once the counter is stopped. Meanwhile the total goes
@@ -61,7 +72,7 @@ impl<T: Timer> Watch<T> {
     pub(crate) async fn until<F: Future>(
         &mut self,
         future: F,
-        stop: &mut oneshot::Receiver<()>,
+        stop: &mut Stop,
     ) -> Option<F::Output> {
         let mut future = pin!(future);
         loop {
@@ -91,7 +102,11 @@ impl<T: Timer> Watch<T> {
 
     fn go_stale(&mut self) {
         if self.stale_at.take().is_some() {
-            self.shared.group.set(None);
+            self.shared.keys.with_members(
+                self.partition,
+                |_| false,
+                |members| members.iter().for_each(|slot| slot.total.set(None)),
+            );
             self.report.emit(Event::TotalWentStale {
                 after: self.timer.now().saturating_sub(self.refreshed_at),
             });

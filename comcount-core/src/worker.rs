@@ -6,7 +6,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures::FutureExt;
 use futures::channel::oneshot;
+use futures::future::join_all;
 
 use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
@@ -15,10 +17,12 @@ use crate::settings::Settings;
 use crate::shared::Shared;
 use crate::store::{ParticipantId, Store};
 
-/// The background task of a [`Counter`](crate::Counter): a future to spawn on any executor.
+/// The background task of a [`Counter`](crate::Counter) or a [`Family`](crate::Family): a
+/// future to spawn on any executor.
 ///
-/// It does nothing until the first increment, then flushes the buffer once an interval. It
-/// completes after [`Counter::close`](crate::Counter::close) or when every handle is dropped.
+/// It does nothing until the first increment, then flushes once an interval (a family: once
+/// per partition, side by side). It completes after [`Counter::close`](crate::Counter::close)
+/// or when every handle is dropped.
 ///
 /// ```no_run
 /// # #[cfg(feature = "tokio")]
@@ -84,19 +88,19 @@ pub(crate) struct Tick<S, T> {
     pub(crate) first_seq: u64,
 }
 
-/// Makes the group's total unknown when the background task ends, however it ends: stopped,
+/// Makes the group's totals unknown when the background task ends, however it ends: stopped,
 /// panicking in a store or a diagnostics sink, or dropped with its runtime. Nothing refreshes
-/// the total after that.
-struct ForgetTotalOnExit(Arc<Shared>);
+/// them after that.
+struct ForgetTotalsOnExit(Arc<Shared>);
 
-impl Drop for ForgetTotalOnExit {
+impl Drop for ForgetTotalsOnExit {
     fn drop(&mut self) {
-        self.0.group.set(None);
+        self.0.forget_totals();
     }
 }
 
 impl<S: Store, T: Timer> Tick<S, T> {
-    async fn run(self, mut stop: oneshot::Receiver<()>) {
+    async fn run(self, stop: oneshot::Receiver<()>) {
         let Tick {
             shared,
             store,
@@ -106,23 +110,31 @@ impl<S: Store, T: Timer> Tick<S, T> {
             participant,
             first_seq,
         } = self;
-        let _forget = ForgetTotalOnExit(Arc::clone(&shared));
+        let _forget = ForgetTotalsOnExit(Arc::clone(&shared));
         report.emit(Event::CounterStarted {
             interval: settings.interval,
             prefix: &settings.prefix,
             store: store.name(),
         });
-        let mut flusher = Flusher::new(
+        let stop = stop.shared();
+        let tick = Tick {
+            store: Arc::new(store),
             shared,
-            store,
             timer,
             settings,
-            report.clone(),
+            report,
             participant,
             first_seq,
-        );
-        flusher.run(&mut stop).await;
-        drop(flusher);
+        };
+        let partitions = (0..tick.settings.partitions()).map(|partition| {
+            let mut flusher = Flusher::new(&tick, partition);
+            let mut stop = stop.clone();
+            async move {
+                flusher.run(&mut stop).await;
+            }
+        });
+        join_all(partitions).await;
+        let report = tick.report;
         report.emit(Event::CounterStopped);
     }
 }

@@ -165,7 +165,7 @@ fn a_restarted_participant_with_a_fixed_id_is_applied_first_time() {
     assert!(
         requests[first_new..]
             .iter()
-            .take_while(|r| r.amount == 3)
+            .take_while(|r| r.amount() == 3)
             .all(|r| r.seq == first.seq),
         "the first flush was not the one applied"
     );

@@ -265,7 +265,7 @@ impl World {
             prop_assert_eq!(reply.counted_in, Some(reply.interval));
             let key = app.request.interval_key(reply.interval);
             let sum = sums.entry(key.clone()).or_default();
-            *sum += app.request.amount;
+            *sum += app.request.amount();
             prop_assert!(
                 app.total_after.unwrap_or(0) <= *sum,
                 "interval key {} holds {:?}, more than the {} sent to it",
@@ -273,7 +273,7 @@ impl World {
                 app.total_after,
                 sum
             );
-            *counted.entry(p).or_default() += app.request.amount;
+            *counted.entry(p).or_default() += app.request.amount();
         }
         for p in &self.participants {
             let drops = p.drops.dropped.lock().unwrap().clone();

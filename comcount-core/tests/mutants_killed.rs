@@ -122,7 +122,7 @@ impl World {
                     .as_ref()
                     .is_ok_and(|reply| reply.outcome == Outcome::Applied)
             })
-            .map(|app| app.request.amount)
+            .map(|app| app.request.amount())
             .sum()
     }
 
@@ -288,7 +288,7 @@ mod staged {
                 .as_ref()
                 .is_ok_and(|reply| reply.outcome == Outcome::Applied)
             {
-                *applied.lock().unwrap() += request.amount;
+                *applied.lock().unwrap() += request.amount();
             }
         }
 
@@ -296,13 +296,13 @@ mod staged {
         fn reply(clock: &VirtualClock, interval: Duration, outcome: Outcome) -> FlushReply {
             let now = clock.now().as_millis() as u64;
             let interval = interval.as_millis() as u64;
-            FlushReply {
+            FlushReply::new(
                 outcome,
-                interval: now / interval,
-                phase: Duration::from_millis(now % interval),
-                previous_total: None,
-                counted_in: None,
-            }
+                now / interval,
+                Duration::from_millis(now % interval),
+                None,
+            )
+            .with_totals(vec![None])
         }
     }
 
@@ -710,7 +710,7 @@ fn a_flush_given_up_past_the_fence_goes_back_to_the_buffer() {
     r.run_until_sent(sent + 5);
     let copies: Vec<_> = r.store.sent.lock().unwrap()[sent..]
         .iter()
-        .map(|(_, q)| (q.seq, q.amount))
+        .map(|(_, q)| (q.seq, q.amount()))
         .collect();
     assert_eq!(copies[3].0, copies[0].0, "{copies:?}");
     assert_ne!(
@@ -753,7 +753,7 @@ fn closing_during_an_empty_flush_reports_nothing() {
     let sent = r.store.sends();
     r.store.then([Act::Hang]);
     r.run_until_sent(sent + 1);
-    assert_eq!(r.store.sent.lock().unwrap()[sent].1.amount, 0);
+    assert_eq!(r.store.sent.lock().unwrap()[sent].1.amount(), 0);
     r.counter.close();
     r.run_for(INTERVAL * 3);
     assert!(failures(&r).is_empty(), "{:?}", failures(&r));

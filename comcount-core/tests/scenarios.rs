@@ -56,13 +56,17 @@ impl<R: Runtime> Setup<R> {
         let now = self.timer.now().as_millis();
         let interval = self.interval().as_millis();
         let n = (now / interval) as u64;
-        FlushReply {
+        let totals = match outcome {
+            Outcome::WrongInterval => vec![],
+            _ => vec![previous_total],
+        };
+        FlushReply::new(
             outcome,
-            interval: n,
-            phase: Duration::from_millis((now % interval) as u64),
-            previous_total,
-            counted_in: outcome.is_counted().then_some(n),
-        }
+            n,
+            Duration::from_millis((now % interval) as u64),
+            outcome.is_counted().then_some(n),
+        )
+        .with_totals(totals)
     }
 
     async fn sleep_intervals(&self, n: u32) {
@@ -250,7 +254,7 @@ async fn a_fenced_flush_goes_to_a_later_interval_as_the_same_flush<R: Runtime>(r
     .await;
     let requests = s.store.requests();
     assert_eq!(requests[0].seq, requests[1].seq);
-    assert_eq!(requests[1].amount, 4);
+    assert_eq!(requests[1].amount(), 4);
     assert!(
         requests[1].expect > requests[0].expect,
         "sent to a later interval"
@@ -262,11 +266,9 @@ async fn a_run_of_wrong_intervals_is_bounded<R: Runtime>(rt: R) {
     let s = Setup::new(rt);
     // A store that keeps saying it is past the middle of an interval: each reply invites an
     // immediate resend, but only a few in a row.
-    let late = FlushReply {
-        phase: s.interval() * 5 / 8,
-        ..s.reply(Outcome::WrongInterval, None)
-    };
-    s.store.then((0..3).map(|_| Action::Reply(late)));
+    let mut late = s.reply(Outcome::WrongInterval, None);
+    late.phase = s.interval() * 5 / 8;
+    s.store.then((0..3).map(|_| Action::Reply(late.clone())));
     s.counter.increment(6);
     s.expect_within(3, "a flush after the wrong intervals", || {
         s.store.calls() >= 4
@@ -301,7 +303,7 @@ async fn an_unanswered_flush_is_resent_as_the_same_flush<R: Runtime>(rt: R) {
     .await;
     let requests = s.store.requests();
     let (first, last) = (&requests[0], &requests[2]);
-    assert_eq!((first.seq, first.amount), (last.seq, last.amount));
+    assert_eq!((first.seq, first.amount()), (last.seq, last.amount()));
     assert_eq!(
         s.events.with_message("flush completed")[0].attribute("amount"),
         Some("5")
@@ -357,7 +359,10 @@ async fn a_flush_turned_away_or_cut_short_is_resent<R: Runtime>(rt: R) {
     })
     .await;
     let requests = s.store.requests();
-    assert_eq!((requests[0].seq, requests[0].amount), (requests[2].seq, 4));
+    assert_eq!(
+        (requests[0].seq, requests[0].amount()),
+        (requests[2].seq, 4)
+    );
     assert!(s.events.with_message("flush failed").is_empty());
 }
 
@@ -610,10 +615,9 @@ async fn a_duplicate_reports_the_interval_it_was_counted_in<R: Runtime>(rt: R) {
     s.sleep_intervals(2).await;
     let now = s.reply(Outcome::Duplicate, Some(3));
     let counted_in = now.interval - 1;
-    s.store.then([Action::Reply(FlushReply {
-        counted_in: Some(counted_in),
-        ..now
-    })]);
+    let mut reply = now;
+    reply.counted_in = Some(counted_in);
+    s.store.then([Action::Reply(reply)]);
     s.counter.increment(2);
     s.expect_within(1, "the completed flush", || {
         !s.events.with_message("flush completed").is_empty()

@@ -215,7 +215,7 @@ impl SimStore {
         let mut inner = self.lock();
         inner.applications.push(Application {
             request: request.clone(),
-            reply: reply.as_ref().map(|r| *r).map_err(|e| e.to_string()),
+            reply: reply.as_ref().map(|r| r.clone()).map_err(|e| e.to_string()),
             total_after,
             delivered,
             replay,
@@ -228,7 +228,7 @@ impl SimStore {
             inner.last_reply.push((
                 request.participant.as_u64(),
                 now,
-                r.previous_total,
+                r.previous_total(),
                 now - sent,
             ));
         }
@@ -239,7 +239,7 @@ impl SimStore {
         self.lock().failures.push(Failure {
             participant: request.participant.as_u64(),
             seq: request.seq,
-            amount: request.amount,
+            amount: request.amount(),
         });
         StoreError::unanswered("simulated loss")
     }
@@ -248,7 +248,7 @@ impl SimStore {
         self.lock().failures.push(Failure {
             participant: request.participant.as_u64(),
             seq: request.seq,
-            amount: request.amount,
+            amount: request.amount(),
         });
         StoreError::unavailable("simulated busy store")
     }

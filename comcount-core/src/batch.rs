@@ -1,0 +1,159 @@
+//! What one flush carries: the keys of a partition taken into it, each with the amount taken
+//! from its buffer, and where the reply's totals go.
+//!
+//! A flush takes every key held by a handle, every key with something to send and every key
+//! looked up lately (so that its total stays fresh), up to
+//! [`FlushRequest::MAX_ENTRIES`]; when a partition holds more, the next flush goes on where
+//! this one stopped. Keys idle for the eviction time, with an empty buffer and no handle, are
+//! evicted on the way. A single counter's one key is always taken.
+
+use std::sync::Arc;
+
+use crate::diagnostics::{Event, Reporter};
+use crate::error::{AmountError, StoreError};
+use crate::keys::Layout;
+use crate::shared::Shared;
+use crate::slot::Slot;
+use crate::store::{Entry, FlushRequest};
+
+pub(crate) struct Batch {
+    shared: Arc<Shared>,
+    partition: u32,
+    /// The slots of the flush's entries, in the same order.
+    slots: Vec<Arc<Slot>>,
+    /// Where the next flush starts, when the last could not take every key.
+    cursor: usize,
+}
+
+/// When a key is evicted, and when its total is too old to keep.
+#[derive(Clone, Copy)]
+pub(crate) struct Ages {
+    /// The current interval number.
+    pub(crate) epoch: u64,
+    /// A key not looked up for this many intervals is idle (`None`: never).
+    pub(crate) evict_after: Option<u64>,
+    /// Now, in milliseconds of the worker's timer.
+    pub(crate) now_ms: u64,
+    /// A total refreshed longer ago than this, in milliseconds, is forgotten.
+    pub(crate) stale_after_ms: u64,
+}
+
+impl Batch {
+    pub(crate) fn new(shared: Arc<Shared>, partition: u32) -> Self {
+        Self {
+            shared,
+            partition,
+            slots: Vec::new(),
+            cursor: 0,
+        }
+    }
+
+    /// Takes the partition's keys into `request`, each with its buffer; returns whether there
+    /// is anything to flush.
+    pub(crate) fn gather(&mut self, request: &mut FlushRequest, ages: Ages) -> bool {
+        let Self {
+            shared,
+            partition,
+            slots,
+            cursor,
+        } = self;
+        slots.clear();
+        request.entries.clear();
+        let keys = &shared.keys;
+        let idle = |slot: &Slot| match ages.evict_after {
+            Some(after) => {
+                slot.buffer.get() == 0 && ages.epoch.saturating_sub(slot.last_asked()) >= after
+            }
+            None => false,
+        };
+        keys.with_members(*partition, idle, |members| {
+            let len = members.len();
+            *cursor = if len == 0 { 0 } else { *cursor % len };
+            for i in 0..len {
+                let slot = &members[(*cursor + i) % len];
+                let wanted = keys.is_held(slot)
+                    || slot.buffer.get() > 0
+                    || ages.epoch.saturating_sub(slot.last_asked()) <= 1;
+                if !wanted {
+                    if ages.now_ms >= slot.refreshed_ms().saturating_add(ages.stale_after_ms) {
+                        slot.total.set(None);
+                    }
+                    continue;
+                }
+                if slots.len() == FlushRequest::MAX_ENTRIES {
+                    *cursor = (*cursor + i) % len;
+                    break;
+                }
+                request
+                    .entries
+                    .push(Entry::new(Arc::clone(&slot.key), slot.buffer.take()));
+                slots.push(Arc::clone(slot));
+            }
+        });
+        !slots.is_empty()
+    }
+
+    /// Takes the totals of a reply (one per entry; fewer leave the rest alone).
+    pub(crate) fn refresh(&self, totals: &[Option<u64>], now_ms: u64) {
+        for (slot, total) in self.slots.iter().zip(totals) {
+            slot.refresh(*total, now_ms);
+        }
+    }
+
+    /// The largest count among the flush's keys.
+    pub(crate) fn count(&self) -> u64 {
+        self.slots.iter().map(|s| s.count()).max().unwrap_or(0)
+    }
+
+    /// Returns the entries' amounts, certainly not counted, to their buffers; reports what
+    /// does not fit as dropped.
+    pub(crate) fn put_back(&self, request: &FlushRequest, report: &Reporter) {
+        for (slot, entry) in self.slots.iter().zip(&request.entries) {
+            let overflow = slot.buffer.put_back(entry.amount);
+            if overflow > 0 {
+                let error = StoreError::refused(AmountError::BufferFull {
+                    amount: entry.amount,
+                });
+                report.emit(Event::FlushFailed {
+                    error: &error,
+                    key: self.key(&slot.key),
+                    dropped: overflow,
+                    unsettled: 0,
+                });
+            }
+        }
+    }
+
+    /// Reports the entries' amounts as given up: `dropped` when certainly not counted,
+    /// unsettled otherwise. One event per key with an amount; one without a key when none
+    /// has.
+    pub(crate) fn give_up(
+        &self,
+        request: &FlushRequest,
+        error: &StoreError,
+        dropped: bool,
+        report: &Reporter,
+    ) {
+        let emit = |key, amount| {
+            let (dropped, unsettled) = if dropped { (amount, 0) } else { (0, amount) };
+            report.emit(Event::FlushFailed {
+                error,
+                key,
+                dropped,
+                unsettled,
+            });
+        };
+        let with_amounts = request.entries.iter().filter(|e| e.amount > 0);
+        if request.space.layout() == Layout::Counter || with_amounts.clone().count() == 0 {
+            emit(None, request.amount());
+            return;
+        }
+        for entry in with_amounts {
+            emit(Some(&entry.key), entry.amount);
+        }
+    }
+
+    fn key<'k>(&self, key: &'k str) -> Option<&'k str> {
+        (!key.is_empty()).then_some(key)
+    }
+}

@@ -1,0 +1,77 @@
+//! One key's numbers: its unsent buffer, its group total, and when it was last asked for.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+use crate::tally::{self, Buffer, GroupTotal, Refusal};
+
+/// The numbers of one key: a counter's only key, or one key of a family.
+///
+/// `increment` touches the buffer, the started flag and the total, all in this one place; the
+/// rest is the background task's.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(crate) buffer: Buffer,
+    pub(crate) total: GroupTotal,
+    /// Whether this key was ever incremented.
+    started: AtomicBool,
+    /// The key within its family; empty for a counter.
+    pub(crate) key: Arc<str>,
+    /// The last interval number (as the family's worker counts them) the key was looked up
+    /// in; keys looked up lately stay in the flushes, others are evicted once idle.
+    asked: AtomicU64,
+    /// When the total was last refreshed, in milliseconds of the worker's timer.
+    refreshed_ms: AtomicU64,
+}
+
+impl Slot {
+    pub(crate) fn new(key: Arc<str>, asked: u64) -> Self {
+        Self {
+            buffer: Buffer::default(),
+            total: GroupTotal::default(),
+            started: AtomicBool::new(false),
+            key,
+            asked: AtomicU64::new(asked),
+            refreshed_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// The hot path: adds `amount` and returns the max rule's count. The second value is
+    /// whether this was the key's first add, which starts the background flushing.
+    #[inline]
+    pub(crate) fn add(&self, amount: u64) -> Result<(u64, bool), Refusal> {
+        let buffered = self.buffer.add(amount)?;
+        let first = !self.started.load(Relaxed) && !self.started.swap(true, Relaxed);
+        Ok((tally::count(self.total.get(), buffered), first))
+    }
+
+    /// What `add(0)` would return, without starting anything.
+    pub(crate) fn count(&self) -> u64 {
+        tally::count(self.total.get(), self.buffer.get())
+    }
+
+    /// Notes that the key was looked up in interval `epoch`; a store only when it changes, so
+    /// that lookups of a busy key do not fight over the line.
+    #[inline]
+    pub(crate) fn asked_in(&self, epoch: u64) {
+        if self.asked.load(Relaxed) != epoch {
+            self.asked.store(epoch, Relaxed);
+        }
+    }
+
+    /// The last interval the key was looked up in.
+    pub(crate) fn last_asked(&self) -> u64 {
+        self.asked.load(Relaxed)
+    }
+
+    /// Takes the group's total from a reply, at `now_ms` on the worker's timer.
+    pub(crate) fn refresh(&self, total: Option<u64>, now_ms: u64) {
+        self.total.set(total);
+        self.refreshed_ms.store(now_ms, Relaxed);
+    }
+
+    /// When the total was last refreshed, in milliseconds of the worker's timer.
+    pub(crate) fn refreshed_ms(&self) -> u64 {
+        self.refreshed_ms.load(Relaxed)
+    }
+}
