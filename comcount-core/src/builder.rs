@@ -14,6 +14,7 @@ use crate::sequence;
 use crate::settings::{FamilyChoice, PolicyChoice, Settings};
 use crate::shared::{Lifetime, Shared};
 use crate::slot::Slot;
+use crate::slow_alarm::SharedAlarm;
 use crate::store::{ParticipantId, Store};
 use crate::timing::Timing;
 use crate::worker::{Tick, Worker};
@@ -208,6 +209,7 @@ impl<K> Builder<K> {
         let shared = Arc::new(shared);
         let tick = Tick {
             first_seq: sequence::first(SystemClock.now()),
+            alarm: SharedAlarm::new(settings.interval),
             report: Reporter::new(Arc::clone(&settings.name), self.diagnostics),
             participant: self.participant.unwrap_or_else(ParticipantId::random),
             shared: Arc::clone(&shared),

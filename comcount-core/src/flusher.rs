@@ -30,7 +30,7 @@ use crate::flight::{Answer, Flight};
 use crate::round_trip::RoundTrip;
 use crate::settings::Settings;
 use crate::shared::Shared;
-use crate::slow_alarm::SlowAlarm;
+use crate::slow_alarm::SharedAlarm;
 use crate::store::{FlushRequest, Outcome, Store};
 use crate::timing::Timing;
 use crate::watch::{Stop, Watch, stale_after};
@@ -49,7 +49,7 @@ pub(crate) struct Flusher<S, T> {
     watch: Watch<T>,
     aim: Aim,
     round_trip: RoundTrip,
-    alarm: SlowAlarm,
+    alarm: SharedAlarm,
     request: FlushRequest,
     /// The keys the flush carries.
     batch: Batch,
@@ -114,6 +114,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             report,
             participant,
             first_seq,
+            alarm,
         } = tick;
         Self {
             watch: Watch::new(
@@ -126,7 +127,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             batch: Batch::new(Arc::clone(shared), partition),
             aim: Aim::new(settings.interval_ms),
             round_trip: RoundTrip::new(settings.policy.flush_timeout),
-            alarm: SlowAlarm::new(settings.interval),
+            alarm: alarm.clone(),
             request: FlushRequest::new(
                 settings.space(partition),
                 *participant,

@@ -84,3 +84,8 @@ pub use memory::MemoryStore;
 pub use store::{Entry, FlushReply, FlushRequest, Outcome, ParticipantId, Store};
 pub use timing::Timing;
 pub use worker::Worker;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;

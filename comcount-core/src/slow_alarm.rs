@@ -6,9 +6,42 @@
 //! interval is evidence as good as a slow reply, so a store that answers nothing at all is
 //! reported as well as one that answers late.
 
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::diagnostics::{Event, Reporter};
+
+/// One alarm for all the partitions of a family, which share a store: the store is reported
+/// slow once, not once per partition.
+#[derive(Clone, Debug)]
+pub(crate) struct SharedAlarm(Arc<Mutex<SlowAlarm>>);
+
+impl SharedAlarm {
+    pub(crate) fn new(interval: Duration) -> Self {
+        Self(Arc::new(Mutex::new(SlowAlarm::new(interval))))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SlowAlarm> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// See [`SlowAlarm::answered`].
+    pub(crate) fn answered(&self, sent: Duration, now: Duration, report: &Reporter) {
+        self.lock().answered(sent, now, report);
+    }
+
+    /// See [`SlowAlarm::waiting`].
+    pub(crate) fn waiting(&self, sent: Duration, now: Duration, report: &Reporter) {
+        self.lock().waiting(sent, now, report);
+    }
+
+    /// See [`SlowAlarm::next_check`].
+    pub(crate) fn next_check(&self, sent: Duration) -> Option<Duration> {
+        self.lock().next_check(sent)
+    }
+}
 
 #[derive(Debug)]
 pub(crate) struct SlowAlarm {
@@ -103,7 +136,6 @@ impl SlowAlarm {
 mod tests {
     use super::*;
     use crate::diagnostics::Recorder;
-    use std::sync::Arc;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

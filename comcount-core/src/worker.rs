@@ -15,6 +15,7 @@ use crate::diagnostics::{Event, Reporter};
 use crate::flusher::Flusher;
 use crate::settings::Settings;
 use crate::shared::Shared;
+use crate::slow_alarm::SharedAlarm;
 use crate::store::{ParticipantId, Store};
 
 /// The background task of a [`Counter`](crate::Counter) or a [`Family`](crate::Family): a
@@ -86,6 +87,8 @@ pub(crate) struct Tick<S, T> {
     pub(crate) participant: ParticipantId,
     /// The sequence number the first flush follows.
     pub(crate) first_seq: u64,
+    /// Tells when the store answers too slowly, for every partition.
+    pub(crate) alarm: SharedAlarm,
 }
 
 /// Makes the group's totals unknown when the background task ends, however it ends: stopped,
@@ -109,6 +112,7 @@ impl<S: Store, T: Timer> Tick<S, T> {
             report,
             participant,
             first_seq,
+            alarm,
         } = self;
         let _forget = ForgetTotalsOnExit(Arc::clone(&shared));
         report.emit(Event::CounterStarted {
@@ -125,6 +129,7 @@ impl<S: Store, T: Timer> Tick<S, T> {
             report,
             participant,
             first_seq,
+            alarm,
         };
         let partitions = (0..tick.settings.partitions()).map(|partition| {
             let mut flusher = Flusher::new(&tick, partition);
