@@ -1,4 +1,5 @@
-//! `Counter::increment` allocates nothing, on one thread or on several at once.
+//! `Counter::increment`, `Family::increment` on an existing key and `KeyCounter::increment`
+//! allocate nothing, on one thread or on several at once.
 //!
 //! This file is a test binary of its own so that the counting allocator below is the global
 //! allocator of these tests alone. It comes from `stats_alloc`, a small wrapper around the
@@ -17,7 +18,7 @@ use std::task::{Context, Poll};
 use std::thread;
 use std::time::Duration;
 
-use comcount_core::{Counter, MemoryStore, clock::VirtualClock};
+use comcount_core::{Counter, Family, MemoryStore, clock::VirtualClock};
 use futures::task::noop_waker_ref;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -38,39 +39,60 @@ fn increments_after_the_first_allocate_nothing() {
     // that the first increment really wakes it, as it would on an executor.
     let mut cx = Context::from_waker(noop_waker_ref());
     assert_eq!(Pin::new(&mut worker).poll(&mut cx), Poll::Pending);
-    assert_eq!(counter.increment(1), 1);
+    assert_no_allocation("a counter", || counter.increment(1));
+
+    let (family, mut worker) = Family::builder("no-alloc", Duration::from_secs(1))
+        .partitions(4)
+        .build(MemoryStore::new(), VirtualClock::new())
+        .unwrap();
+    assert_eq!(Pin::new(&mut worker).poll(&mut cx), Poll::Pending);
+    for key in ["a", "b", "c"] {
+        family.increment(key, 1);
+    }
+    assert_no_allocation("a family's existing key", || family.increment("tenant-42", 1));
+    let handle = family.counter("tenant-42").unwrap();
+    assert_no_allocation("a handle on a family's key", || handle.increment(1));
+    drop((counter, family, handle, worker));
+}
+
+/// Calls `increment` once on each thread to set it up, then `N` times on one thread, then `N`
+/// times on each of several threads at once, and checks that none of those allocated.
+/// `increment` adds 1 and returns the count.
+fn assert_no_allocation(what: &str, increment: impl Fn() -> u64 + Sync) {
+    let before = increment();
 
     // One thread.
     let region = Region::new(GLOBAL);
     let mut last = 0;
     for _ in 0..N {
-        last = counter.increment(1);
+        last = increment();
     }
     let alone = region.change();
-    assert_eq!(last, 1 + N);
+    assert_eq!(last, before + N, "{what}");
     assert_eq!(
         (alone.allocations, alone.reallocations),
         (0, 0),
-        "{N} increments on one thread allocated: {alone:?}"
+        "{what}: {N} increments on one thread allocated: {alone:?}"
     );
 
-    // Several threads on the same counter. Spawning allocates, and so does a new thread
-    // setting itself up, so the threads are spawned and wait until all are running before the
-    // count starts; they are released together once it has, and stay alive until it has been
-    // read, so that nothing they do on exit is counted.
+    // Several threads at once. Spawning allocates, and so does a new thread setting itself
+    // up (and its first lookup), so the threads are spawned, count once, and wait until all
+    // are running before the count starts; they are released together once it has, and stay
+    // alive until it has been read, so that nothing they do on exit is counted.
     let ready = Barrier::new(THREADS + 1);
     let start = Barrier::new(THREADS + 1);
     let done = Barrier::new(THREADS + 1);
     let exit = Barrier::new(THREADS + 1);
     let together = thread::scope(|scope| {
         for _ in 0..THREADS {
-            let counter = counter.clone();
+            let increment = &increment;
             let (ready, start, done, exit) = (&ready, &start, &done, &exit);
             scope.spawn(move || {
+                increment();
                 ready.wait();
                 start.wait();
                 for _ in 0..N {
-                    counter.increment(1);
+                    increment();
                 }
                 done.wait();
                 exit.wait();
@@ -80,19 +102,19 @@ fn increments_after_the_first_allocate_nothing() {
         let region = Region::new(GLOBAL);
         start.wait();
         for _ in 0..N {
-            counter.increment(1);
+            increment();
         }
         done.wait();
         let together = region.change();
         exit.wait();
         together
     });
-    assert_eq!(counter.buffered(), 1 + N + (THREADS as u64 + 1) * N);
+    let expected = before + N + THREADS as u64 + (THREADS as u64 + 1) * N;
+    assert_eq!(increment(), expected + 1, "{what}");
     assert_eq!(
         (together.allocations, together.reallocations),
         (0, 0),
-        "{N} increments on each of {} threads allocated: {together:?}",
+        "{what}: {N} increments on each of {} threads allocated: {together:?}",
         THREADS + 1
     );
-    drop((counter, worker));
 }
