@@ -17,7 +17,7 @@ use crate::tally::Refusal;
 /// [`increment`](Family::increment) counts for a key and returns, for that key, what a
 /// [`Counter`](crate::Counter) returns: the larger of the key's group total over the last
 /// closed interval and this participant's unsent amount for it. A key comes into being on
-/// first use, and is evicted after a while without use (see
+/// its first increment (or [`counter`](Family::counter)), and is evicted after a while without use (see
 /// [`Builder::evict_after`](crate::Builder::evict_after)). The family's [`Worker`](crate::Worker)
 /// sends all its keys in one flush per partition and interval, instead of one per key.
 ///
@@ -136,16 +136,16 @@ impl Family {
         })
     }
 
-    /// The count `increment(key, 0)` would return, without counting; 0 for a key that cannot
-    /// be counted. Like an increment, it keeps the key from eviction, and adds a new one so
-    /// that the next flush brings its total.
+    /// The count `increment(key, 0)` would return, without counting: 0 for a key the family
+    /// does not hold. It keeps a key it holds from eviction, as an increment does; it does
+    /// not add one (`increment(key, 0)` does, and the next flush then brings its total).
     pub fn count(&self, key: &str) -> u64 {
         self.look_up(key, Slot::count).unwrap_or(0)
     }
 
     /// The group's total for `key` over the last closed interval, or `None` when it is not
-    /// known (see [`Counter::group_total`](crate::Counter::group_total)). Like
-    /// [`count`](Family::count), it keeps the key, or adds it.
+    /// known (see [`Counter::group_total`](crate::Counter::group_total)) or the family does not
+    /// hold the key. Like [`count`](Family::count), it keeps the key from eviction.
     pub fn group_total(&self, key: &str) -> Option<u64> {
         self.look_up(key, |slot| slot.total.get()).flatten()
     }
@@ -161,13 +161,9 @@ impl Family {
 
     fn look_up<R>(&self, key: &str, f: impl Fn(&Slot) -> R) -> Option<R> {
         let shared = &self.life.0;
-        let read = |slot: &Slot| {
+        shared.keys.find(key, |slot| {
             slot.asked_in(shared.epoch());
             f(slot)
-        };
-        shared.keys.find(key, read).or_else(|| {
-            let slot = shared.keys.get_or_add(key, shared.epoch()).ok()?;
-            Some(read(&slot))
         })
     }
 
