@@ -1,0 +1,391 @@
+//! Counter families on one Redis: what a key costs in a batch, and fleets of families at scale.
+//!
+//! On a redis-server of its own it measures, in one run:
+//!
+//! 1. **Cost per key.** Flushes sent one after another through `RedisStore`, every one applied
+//!    (a fresh participant each): single-counter flushes, then family flushes of 10, 100 and
+//!    1000 keys. From `INFO commandstats` it prints Redis's CPU per flush and per key, and the
+//!    per-key cost against a single-counter flush measured in the same run (the target is a
+//!    fifth at most), with the slowest single script run (`SLOWLOG`).
+//! 2. **Scale.** Participants (8 by default), each with a family of 100,000 keys at 1 s
+//!    intervals, every key incremented every interval, all on one Redis. Over a window it
+//!    reports the share of keys whose group total is known (sampled at every participant),
+//!    Redis's CPU (`INFO cpu`, in cores), the slowest script run (`SLOWLOG`), flushes per
+//!    second, and the client's heap per key (a counting allocator, measured while the keys are
+//!    added).
+//! 3. **Many tenants.** One participant with a family of 20,000 keys at 100 ms intervals on one
+//!    connection, every key incremented every 50 ms: the share of keys whose total is known,
+//!    and Redis's CPU.
+//!
+//! ```sh
+//! cargo run -p comcount-tests --release --example families
+//! cargo run -p comcount-tests --release --example families -- --participants 4 --keys 50000
+//! ```
+//!
+//! Flags: `--participants` (8), `--keys` per participant (100000), `--interval-ms` (1000),
+//! `--tenants` of the third part (20000), `--seconds` measured per part (10). A run at the
+//! defaults takes about a minute and a half.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use comcount_core::clock::TokioTimer;
+use comcount_core::diagnostics::{Diagnostics, Event, Reporter};
+use comcount_core::{Entry, Family, FlushRequest, KeySpace, Outcome, ParticipantId, Store};
+use comcount_redis_rs::RedisStore;
+use comcount_tests::bench::{info, redis_cpu};
+use comcount_tests::server::RedisServer;
+use redis::AsyncConnectionConfig;
+use redis::aio::MultiplexedConnection;
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
+
+/// Keys per partition: half of what a flush carries, the README's advice.
+const KEYS_PER_PARTITION: usize = 500;
+
+struct Settings {
+    participants: usize,
+    keys: usize,
+    interval: Duration,
+    tenants: usize,
+    window: Duration,
+}
+
+impl Settings {
+    fn from_args() -> Self {
+        let mut settings = Self {
+            participants: 8,
+            keys: 100_000,
+            interval: Duration::from_millis(1000),
+            tenants: 20_000,
+            window: Duration::from_secs(10),
+        };
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        for pair in args.chunks(2) {
+            let value = pair.get(1).map(String::as_str).unwrap_or_default();
+            let number = || -> u64 {
+                value
+                    .parse()
+                    .unwrap_or_else(|_| panic!("bad value {value:?} for {}", pair[0]))
+            };
+            match pair[0].as_str() {
+                "--participants" => settings.participants = number() as usize,
+                "--keys" => settings.keys = number() as usize,
+                "--interval-ms" => settings.interval = Duration::from_millis(number()),
+                "--tenants" => settings.tenants = number() as usize,
+                "--seconds" => settings.window = Duration::from_secs(number()),
+                other => panic!("unknown flag {other}"),
+            }
+        }
+        settings
+    }
+}
+
+async fn connect(url: &str) -> MultiplexedConnection {
+    // No response timeout: a family's first flushes queue behind each other.
+    let config = AsyncConnectionConfig::new().set_response_timeout(None);
+    redis::Client::open(url)
+        .expect("a valid URL")
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
+}
+
+async fn command(stats: &mut MultiplexedConnection, args: &[&str]) {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    cmd.query_async::<redis::Value>(stats)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+}
+
+/// `EVALSHA` calls and microseconds so far, from `INFO commandstats`.
+async fn evalsha_stats(stats: &mut MultiplexedConnection) -> (u64, u64) {
+    let all = info(stats, "commandstats").await;
+    let line = all.get("cmdstat_evalsha").cloned().unwrap_or_default();
+    let field = |name: &str| {
+        line.split(',')
+            .find_map(|part| part.strip_prefix(name))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("calls="), field("usec="))
+}
+
+/// Clears the slow log and logs every script run from now on.
+async fn watch_slow_runs(stats: &mut MultiplexedConnection) {
+    command(stats, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]).await;
+    command(stats, &["CONFIG", "SET", "slowlog-max-len", "100000"]).await;
+    command(stats, &["SLOWLOG", "RESET"]).await;
+}
+
+/// The longest command in the slow log, in microseconds.
+async fn slowest_run(stats: &mut MultiplexedConnection) -> u64 {
+    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(100_000)
+        .query_async(stats)
+        .await
+        .expect("SLOWLOG GET answers");
+    entries
+        .iter()
+        .filter_map(|entry| match entry {
+            redis::Value::Array(fields) => match fields.get(2) {
+                Some(redis::Value::Int(us)) => Some(*us as u64),
+                _ => None,
+            },
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+struct Quiet;
+
+impl Diagnostics for Quiet {
+    fn record(&self, _name: &str, _event: &Event<'_>) {}
+}
+
+// 1. Cost per key.
+
+/// Redis's microseconds per flush of `keys` keys (0: a single counter's flush), over `flushes`
+/// flushes sent one after another, each applied.
+async fn cost(url: &str, stats: &mut MultiplexedConnection, keys: usize, flushes: usize) -> f64 {
+    let store = RedisStore::new(connect(url).await);
+    let report = Reporter::new("cost", Arc::new(Quiet));
+    let interval_ms = 1000 * 86_400_000;
+    let space = if keys == 0 {
+        KeySpace::counter("bench:", "cost")
+    } else {
+        KeySpace::partition("bench:", &format!("cost{keys}"), 0)
+    };
+    let entries: Vec<Entry> = (0..keys)
+        .map(|k| Entry::new(format!("tenant-{k}"), 1))
+        .collect();
+    let request = |participant: u64| {
+        let base = FlushRequest::new(
+            space.clone(),
+            ParticipantId::from_u64(participant),
+            interval_ms,
+        );
+        let base = if keys == 0 {
+            base.with_amount(1)
+        } else {
+            base.with_entries(entries.clone())
+        };
+        // The interval the wall clock is in, a thousand days long.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis() as u64;
+        base.with_expect(now / interval_ms)
+    };
+    // Loads the script, and warms up.
+    for participant in 0..10 {
+        store.flush(&request(participant), &report).await.ok();
+    }
+    let (calls, usec) = evalsha_stats(stats).await;
+    for participant in 0..flushes as u64 {
+        let reply = store
+            .flush(&request(1_000 + participant), &report)
+            .await
+            .expect("the flush runs");
+        assert_eq!(reply.outcome, Outcome::Applied);
+    }
+    let (calls_after, usec_after) = evalsha_stats(stats).await;
+    (usec_after - usec) as f64 / (calls_after - calls).max(1) as f64
+}
+
+// 2 and 3. Fleets of families.
+
+struct FleetRow {
+    label: String,
+    keys: usize,
+    partitions: u32,
+    known: f64,
+    cores: f64,
+    flushes_per_s: f64,
+    slowest_us: u64,
+    bytes_per_key: f64,
+}
+
+/// One fleet to run: `participants` families of `keys` keys each at `interval`, every key
+/// incremented every `touch_every`, measured over `window` after three intervals of warm-up.
+struct Fleet {
+    label: &'static str,
+    participants: usize,
+    keys: usize,
+    interval: Duration,
+    touch_every: Duration,
+    window: Duration,
+}
+
+async fn fleet(url: &str, stats: &mut MultiplexedConnection, run: Fleet) -> FleetRow {
+    let Fleet {
+        label,
+        participants,
+        keys,
+        interval,
+        touch_every,
+        window,
+    } = run;
+    let partitions = keys.div_ceil(KEYS_PER_PARTITION) as u32;
+    let connection = connect(url).await;
+    let names: Arc<[String]> = (0..keys).map(|k| format!("tenant-{k}")).collect();
+    let mut families = Vec::new();
+    let heap = Region::new(GLOBAL);
+    for _ in 0..participants {
+        let (family, worker) = Family::builder(label, interval)
+            .prefix("bench:")
+            .partitions(partitions)
+            .max_keys(keys)
+            .diagnostics(Quiet)
+            .build(RedisStore::new(connection.clone()), TokioTimer::new())
+            .expect("valid settings");
+        for name in names.iter() {
+            family.increment(name, 1);
+        }
+        tokio::spawn(worker);
+        families.push(family);
+    }
+    let grown = heap.change();
+    let bytes_per_key = (grown.bytes_allocated as f64 - grown.bytes_deallocated as f64)
+        / (participants * keys) as f64;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut drivers = Vec::new();
+    for family in &families {
+        let (family, names, stop) = (family.clone(), Arc::clone(&names), Arc::clone(&stop));
+        drivers.push(tokio::spawn(async move {
+            // Every key once per `touch_every`, spread over it in slices.
+            let slices = 20;
+            let slice = names.len().div_ceil(slices);
+            while !stop.load(Ordering::Relaxed) {
+                for part in names.chunks(slice.max(1)) {
+                    for name in part {
+                        family.increment(name, 1);
+                    }
+                    tokio::time::sleep(touch_every / slices as u32).await;
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(interval * 3).await;
+    watch_slow_runs(stats).await;
+    let (calls, _) = evalsha_stats(stats).await;
+    let cpu = redis_cpu(stats).await;
+    let started = Instant::now();
+    let mut known = (0u64, 0u64);
+    while started.elapsed() < window {
+        tokio::time::sleep(interval).await;
+        for family in &families {
+            known.0 += names
+                .iter()
+                .filter(|name| family.group_total(name).is_some())
+                .count() as u64;
+            known.1 += keys as u64;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let cores = (redis_cpu(stats).await - cpu) / elapsed;
+    let (calls_after, _) = evalsha_stats(stats).await;
+    let slowest_us = slowest_run(stats).await;
+    stop.store(true, Ordering::Relaxed);
+    for driver in drivers {
+        driver.await.expect("the driver runs");
+    }
+    for family in &families {
+        family.close();
+    }
+    FleetRow {
+        label: label.to_owned(),
+        keys,
+        partitions,
+        known: known.0 as f64 / known.1.max(1) as f64,
+        cores,
+        flushes_per_s: (calls_after - calls) as f64 / elapsed,
+        slowest_us,
+        bytes_per_key,
+    }
+}
+
+fn print_fleet(row: &FleetRow, participants: usize, interval: Duration) {
+    println!(
+        "| {} | {participants} × {} | {} | {} ms | {:.1} % | {:.2} | {:.0} | {:.2} ms | {:.0} B |",
+        row.label,
+        row.keys,
+        row.partitions,
+        interval.as_millis(),
+        100.0 * row.known,
+        row.cores,
+        row.flushes_per_s,
+        row.slowest_us as f64 / 1000.0,
+        row.bytes_per_key,
+    );
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let settings = Settings::from_args();
+    let server = RedisServer::standalone();
+    let url = server.url();
+    let mut stats = connect(&url).await;
+    println!("Redis 127.0.0.1:{}", server.port());
+
+    println!();
+    println!("Cost per key: Redis's CPU per flush, flushes sent one after another, all applied");
+    println!();
+    println!("| keys per flush | µs per flush | µs per key | per key / counter flush | slowest run |");
+    println!("| --- | --- | --- | --- | --- |");
+    watch_slow_runs(&mut stats).await;
+    let counter = cost(&url, &mut stats, 0, 2_000).await;
+    println!(
+        "| 1 (a counter) | {counter:.1} | {counter:.1} | 1 | {:.2} ms |",
+        slowest_run(&mut stats).await as f64 / 1000.0
+    );
+    for keys in [10, 100, 1000] {
+        watch_slow_runs(&mut stats).await;
+        let per_flush = cost(&url, &mut stats, keys, 20_000 / keys).await;
+        let per_key = per_flush / keys as f64;
+        println!(
+            "| {keys} | {per_flush:.1} | {per_key:.2} | {:.3} | {:.2} ms |",
+            per_key / counter,
+            slowest_run(&mut stats).await as f64 / 1000.0
+        );
+    }
+
+    println!();
+    println!("Fleets of families on one Redis ('known': keys whose group total is known, sampled");
+    println!("every interval at every participant; 'Redis CPU' in cores; 'heap per key': the");
+    println!("client's, as keys are added)");
+    println!();
+    println!(
+        "| run | participants × keys | partitions | interval | known | Redis CPU | flushes/s | slowest run | heap per key |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    let scale = Fleet {
+        label: "scale",
+        participants: settings.participants,
+        keys: settings.keys,
+        interval: settings.interval,
+        touch_every: settings.interval,
+        window: settings.window,
+    };
+    let scale = fleet(&url, &mut stats, scale).await;
+    print_fleet(&scale, settings.participants, settings.interval);
+    let tenants_interval = Duration::from_millis(100);
+    let tenants = Fleet {
+        label: "tenants",
+        participants: 1,
+        keys: settings.tenants,
+        interval: tenants_interval,
+        touch_every: Duration::from_millis(50),
+        window: settings.window,
+    };
+    let tenants = fleet(&url, &mut stats, tenants).await;
+    print_fleet(&tenants, 1, tenants_interval);
+}
