@@ -13,7 +13,7 @@ use std::time::Duration;
 use comcount_core::clock::{Clock, VirtualClock};
 use comcount_core::diagnostics::{Diagnostics, Event};
 use comcount_core::{Counter, Outcome, ParticipantId};
-use common::sim::{Fault, SimStore};
+use common::sim::{Fault, SimStore, fault};
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 use proptest::prelude::*;
@@ -46,22 +46,6 @@ enum Step {
         participant: usize,
         after_ms: u64,
     },
-}
-
-fn fault() -> impl Strategy<Value = Fault> {
-    let i = INTERVAL_MS;
-    prop_oneof![
-        8 => Just(Fault::None),
-        1 => Just(Fault::ReplyLostAfter),
-        1 => Just(Fault::LostBefore),
-        1 => (0..2 * i).prop_map(|d| Fault::Delay(ms(d))),
-        1 => (2 * i..=3 * i).prop_map(|d| Fault::Hang(ms(d))),
-        1 => (0..3 * i, any::<bool>())
-            .prop_map(|(d, reply_lost)| Fault::Replayed { after: ms(d), reply_lost }),
-        1 => (0..3 * i).prop_map(|d| Fault::LostThenReplayed { after: ms(d) }),
-        1 => Just(Fault::TurnedAway),
-        2 => (0..3 * i).prop_map(|d| Fault::TurnedAwayThenReplayed { after: ms(d) }),
-    ]
 }
 
 fn step() -> impl Strategy<Value = (u64, Step)> {
@@ -168,20 +152,7 @@ impl World {
 
     /// Runs everything up to `target`, stopping at every timer and replay on the way.
     fn run_until(&mut self, target: Duration) {
-        loop {
-            self.pool.run_until_stalled();
-            let next = [self.clock.next_wake(), self.store.next_replay()]
-                .into_iter()
-                .flatten()
-                .min()
-                .filter(|at| *at <= target);
-            self.clock.advance_to(next.unwrap_or(target));
-            self.store.run_due_replays();
-            if next.is_none() {
-                self.pool.run_until_stalled();
-                return;
-            }
-        }
+        self.store.run_until(&mut self.pool, target);
     }
 
     /// What the participant should take as the group's total now: the last total a reply
@@ -392,7 +363,7 @@ proptest! {
     fn no_fault_overstates_loses_or_doubles_a_count(
         participants in 1..=MAX_PARTICIPANTS,
         steps in prop::collection::vec(step(), 1..60),
-        faults in prop::collection::vec(fault(), 0..40),
+        faults in prop::collection::vec(fault(INTERVAL_MS), 0..40),
         original_rules in any::<bool>(),
     ) {
         run_schedule(participants, steps, faults, original_rules)?;

@@ -1,5 +1,10 @@
 //! A simulated store for model tests: the protocol's reference implementation on a skewable
 //! clock, with faults injected flush by flush and a record of everything it did.
+//!
+//! A flush is one request whatever it carries: a counter's one entry, or the entries of a
+//! family's partition. Each fault strikes the whole request, and the [`MemoryStore`] under it
+//! runs a batch as the protocol lays down, every entry or none, behind one fence per
+//! participant and key space (a counter, or one partition of a family).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -9,8 +14,12 @@ use std::time::Duration;
 
 use comcount_core::clock::{Clock, Timer, VirtualClock};
 use comcount_core::diagnostics::{Recorder, Reporter};
-use comcount_core::{FlushReply, FlushRequest, MemoryStore, Outcome, Store, StoreError};
+use comcount_core::{
+    FlushReply, FlushRequest, KeySpace, Layout, MemoryStore, Outcome, Store, StoreError,
+};
 use futures::FutureExt;
+use futures::executor::LocalPool;
+use proptest::prelude::*;
 
 /// The store's time: the participants' virtual time, plus a base, plus a skew that tests move
 /// back and forth.
@@ -58,13 +67,36 @@ pub enum Fault {
     TurnedAwayThenReplayed { after: Duration },
 }
 
+/// The faults a model draws from, for an interval of `interval_ms`: mostly none, and each kind
+/// of loss, delay, hang, replay and refusal to run.
+pub fn fault(interval_ms: u64) -> impl Strategy<Value = Fault> {
+    let i = interval_ms;
+    let ms = Duration::from_millis;
+    prop_oneof![
+        8 => Just(Fault::None),
+        1 => Just(Fault::ReplyLostAfter),
+        1 => Just(Fault::LostBefore),
+        1 => (0..2 * i).prop_map(move |d| Fault::Delay(ms(d))),
+        1 => (2 * i..=3 * i).prop_map(move |d| Fault::Hang(ms(d))),
+        1 => (0..3 * i, any::<bool>())
+            .prop_map(move |(d, reply_lost)| Fault::Replayed { after: ms(d), reply_lost }),
+        1 => (0..3 * i).prop_map(move |d| Fault::LostThenReplayed { after: ms(d) }),
+        1 => Just(Fault::TurnedAway),
+        2 => (0..3 * i).prop_map(move |d| Fault::TurnedAwayThenReplayed { after: ms(d) }),
+    ]
+}
+
 /// One run of the flush on the store.
 #[derive(Clone, Debug)]
 pub struct Application {
     pub request: FlushRequest,
     pub reply: Result<FlushReply, String>,
-    /// The total of the key the flush wrote, right after; `None` unless it was applied.
+    /// The total of the key the flush wrote, right after; `None` unless it was applied. For a
+    /// family's flush, the first entry's: see `totals_after`.
     pub total_after: Option<u64>,
+    /// The total of each entry's key in the interval the flush wrote, right after, in the
+    /// order of the entries; empty unless it was applied.
+    pub totals_after: Vec<Option<u64>>,
     /// Whether the participant got this reply.
     pub delivered: bool,
     /// Whether it was a client's replay rather than the participant's own send.
@@ -88,11 +120,16 @@ struct Inner {
     /// Per participant: when it last got a reply with a total, that total, and the round trip
     /// of the copy that brought it.
     last_reply: Vec<(u64, Duration, Option<u64>, Duration)>,
+    /// Every total a participant received for a key: who, the key, the total.
+    brought: std::collections::HashSet<(u64, Arc<str>, u64)>,
     /// Every copy a participant sent itself: who, when, and its sequence number.
     sends: Vec<(u64, Duration, u64)>,
     in_flight: usize,
     /// Per participant, the sequence number of its last own send.
     last_sent: std::collections::HashMap<u64, u64>,
+    /// Per participant and key space (a family sends one flush per partition), the sequence
+    /// number of its last own send there.
+    last_sent_in: std::collections::HashMap<(u64, KeySpace), u64>,
 }
 
 #[derive(Clone)]
@@ -148,6 +185,15 @@ impl SimStore {
         self.lock().last_sent.get(&participant).copied()
     }
 
+    /// The sequence number of the participant's last own send to `space`: for a family, the
+    /// flush of one partition in the air.
+    pub fn last_sent_in(&self, participant: u64, space: &KeySpace) -> Option<u64> {
+        self.lock()
+            .last_sent_in
+            .get(&(participant, space.clone()))
+            .copied()
+    }
+
     pub fn in_flight(&self) -> usize {
         self.lock().in_flight
     }
@@ -163,6 +209,14 @@ impl SimStore {
             .map(|(_, at, total, round_trip)| (*at, *total, *round_trip))
     }
 
+    /// Whether a reply the participant received brought `total` as the previous interval's
+    /// total of `key` (the empty key for a counter).
+    pub fn brought(&self, participant: u64, key: &str, total: u64) -> bool {
+        self.lock()
+            .brought
+            .contains(&(participant, Arc::from(key), total))
+    }
+
     /// When each copy the participant sent itself went out, with its sequence number.
     pub fn sends(&self, participant: u64) -> Vec<(Duration, u64)> {
         self.lock()
@@ -176,6 +230,25 @@ impl SimStore {
     /// When the next replay is due.
     pub fn next_replay(&self) -> Option<Duration> {
         self.lock().replays.iter().map(|(at, _)| *at).min()
+    }
+
+    /// Runs the workers on `pool` up to `target`, stopping at every timer and replay on the
+    /// way.
+    pub fn run_until(&self, pool: &mut LocalPool, target: Duration) {
+        loop {
+            pool.run_until_stalled();
+            let next = [self.clock.next_wake(), self.next_replay()]
+                .into_iter()
+                .flatten()
+                .min()
+                .filter(|at| *at <= target);
+            self.clock.advance_to(next.unwrap_or(target));
+            self.run_due_replays();
+            if next.is_none() {
+                pool.run_until_stalled();
+                return;
+            }
+        }
     }
 
     /// Runs the replays that are due.
@@ -211,12 +284,27 @@ impl SimStore {
             Ok(r) if r.outcome == Outcome::Applied => r.counted_in,
             _ => None,
         };
-        let total_after = written.and_then(|n| self.memory.total(&request.interval_key(n)));
+        let totals_after: Vec<_> = match written {
+            None => Vec::new(),
+            Some(n) => {
+                let key = request.interval_key(n);
+                match request.space.layout() {
+                    Layout::Counter => vec![self.memory.total(&key)],
+                    _ => request
+                        .entries
+                        .iter()
+                        .map(|entry| self.memory.field(&key, &entry.key))
+                        .collect(),
+                }
+            }
+        };
+        let total_after = totals_after.first().copied().flatten();
         let mut inner = self.lock();
         inner.applications.push(Application {
             request: request.clone(),
             reply: reply.as_ref().map(|r| r.clone()).map_err(|e| e.to_string()),
             total_after,
+            totals_after,
             delivered,
             replay,
         });
@@ -224,13 +312,18 @@ impl SimStore {
             && let Ok(r) = &reply
             && r.outcome != Outcome::WrongInterval
         {
+            let participant = request.participant.as_u64();
+            for (entry, total) in request.entries.iter().zip(&r.previous_totals) {
+                if let Some(total) = total {
+                    inner
+                        .brought
+                        .insert((participant, Arc::clone(&entry.key), *total));
+                }
+            }
             let now = self.clock.now();
-            inner.last_reply.push((
-                request.participant.as_u64(),
-                now,
-                r.previous_total(),
-                now - sent,
-            ));
+            inner
+                .last_reply
+                .push((participant, now, r.previous_total(), now - sent));
         }
         reply
     }
@@ -314,6 +407,9 @@ impl Store for SimStore {
             let mut inner = self.lock();
             let participant = request.participant.as_u64();
             inner.last_sent.insert(participant, request.seq);
+            inner
+                .last_sent_in
+                .insert((participant, request.space.clone()), request.seq);
             inner.sends.push((participant, sent, request.seq));
         }
         let future: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(async move {
