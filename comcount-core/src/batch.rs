@@ -60,9 +60,13 @@ impl Batch {
         slots.clear();
         request.entries.clear();
         let keys = &shared.keys;
+        // A lookup notes the interval the flushes last ran in, which lags the one it happens
+        // in by up to an interval: a key is idle once more than `after` intervals have passed
+        // since, so that it is never evicted sooner than `after` after its last use, nor
+        // before the next flush brings the total of a key just looked up.
         let idle = |slot: &Slot| match ages.evict_after {
             Some(after) => {
-                slot.buffer.get() == 0 && ages.epoch.saturating_sub(slot.last_asked()) >= after
+                slot.buffer.get() == 0 && ages.epoch.saturating_sub(slot.last_asked()) > after
             }
             None => false,
         };
