@@ -1,8 +1,12 @@
-//! What a family does, on virtual time and the in-memory store: keys evicted and come back.
+//! What a family does, on virtual time and the in-memory store: each key's total across
+//! participants, one flush per partition and interval, keys held, evicted and come back, keys
+//! refused, partitions with more keys than a flush carries, closing, events, and where the
+//! totals are kept.
 #![allow(clippy::unwrap_used)] // a panic is how a test fails
 
 mod common;
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::{Future, ready};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,8 +14,10 @@ use std::time::Duration;
 
 use comcount_core::clock::{Clock, VirtualClock};
 use comcount_core::diagnostics::{Recorder, Reporter};
+use comcount_core::keys::partition_of;
 use comcount_core::{
-    Builder, Family, FlushReply, FlushRequest, ForFamily, MemoryStore, Outcome, Store, StoreError,
+    Builder, Family, FlushReply, FlushRequest, ForFamily, KeyError, KeySpace, MemoryStore, Outcome,
+    ParticipantId, Store, StoreError,
 };
 use common::runtime::run_virtual_until;
 use futures::FutureExt;
@@ -27,14 +33,28 @@ fn ms(n: u64) -> Duration {
 /// One flush as the store ran it.
 #[derive(Clone, Debug)]
 struct Call {
+    /// When, on the store's clock (the participants' as well).
+    at: Duration,
     request: FlushRequest,
     applied: bool,
+}
+
+impl Call {
+    /// The interval the store's clock was in.
+    fn interval(&self) -> u64 {
+        (self.at.as_millis() / INTERVAL.as_millis()) as u64
+    }
+
+    fn carries(&self, key: &str) -> bool {
+        self.request.entries.iter().any(|e| &*e.key == key)
+    }
 }
 
 /// The memory store, keeping every flush it ran.
 #[derive(Clone)]
 struct Logged {
     memory: MemoryStore<VirtualClock>,
+    clock: VirtualClock,
     calls: Arc<Mutex<Vec<Call>>>,
 }
 
@@ -42,6 +62,7 @@ impl Logged {
     fn new(clock: &VirtualClock) -> Self {
         Self {
             memory: MemoryStore::with_clock(clock.clone()),
+            clock: clock.clone(),
             calls: Arc::default(),
         }
     }
@@ -75,6 +96,7 @@ impl Store for Logged {
             .now_or_never()
             .expect("the memory store answers at once");
         self.calls.lock().unwrap().push(Call {
+            at: self.clock.now(),
             request: request.clone(),
             applied: reply
                 .as_ref()
@@ -129,6 +151,137 @@ impl Bench {
 
 fn builder(name: &str) -> Builder<ForFamily> {
     Family::builder(name, INTERVAL).diagnostics(Recorder::new())
+}
+
+/// The hash that holds the totals of `key` for interval `n`.
+fn hash_of(name: &str, partitions: u32, key: &str, n: u64) -> String {
+    KeySpace::partition("", name, partition_of(key, partitions)).interval(n)
+}
+
+#[test]
+fn each_key_has_its_own_total_across_participants() {
+    let mut bench = Bench::new();
+    let families: Vec<Family> = (0..2)
+        .map(|_| bench.family(builder("tenants").partitions(2)).0)
+        .collect();
+    // "acme" and "initech" share partition 1, "globex" has partition 0.
+    for family in &families {
+        family.increment("acme", 5);
+        family.increment("globex", 2);
+    }
+    families[1].increment("initech", 1);
+    // The first flushes go out at once and add every key to interval 0.
+    bench.run_until(Duration::ZERO);
+    let memory = &bench.store.memory;
+    let total = |key| memory.field(&hash_of("tenants", 2, key, 0), key);
+    assert_eq!(total("acme"), Some(10));
+    assert_eq!(total("globex"), Some(4));
+    assert_eq!(total("initech"), Some(1));
+
+    // The next flushes, in the middle of interval 1, bring back each key's total of
+    // interval 0, and the first participant looks up a key it never counted.
+    families[1].increment("initech", 6);
+    bench.run_until(ms(1_500));
+    assert_eq!(families[0].increment("acme", 3), 10);
+    assert_eq!(families[0].group_total("globex"), Some(4));
+    assert_eq!(families[1].count("acme"), 10);
+    assert_eq!(families[1].group_total("initech"), Some(1));
+    assert_eq!(
+        families[0].count("initech"),
+        0,
+        "never counted nor flushed here"
+    );
+    // Its next flush carries the key looked up, and brings its total.
+    bench.run_until(ms(2_500));
+    assert_eq!(families[0].group_total("initech"), Some(6));
+    assert_eq!(families[0].count("initech"), 6);
+}
+
+#[test]
+fn one_flush_per_partition_and_interval_whatever_the_number_of_keys() {
+    for keys in [1, 10, 500] {
+        let mut bench = Bench::new();
+        let (family, _) = bench.family(builder("many").partitions(3));
+        let names: Vec<String> = (0..keys).map(|i| format!("key-{i}")).collect();
+        let mut per_partition = [0; 3];
+        for name in &names {
+            per_partition[partition_of(name, 3) as usize] += 1;
+        }
+        for n in 0..10 {
+            bench.run_until(INTERVAL * n + ms(100));
+            for name in &names {
+                family.increment(name, 1);
+            }
+        }
+        bench.run_until(INTERVAL * 10 - ms(1));
+        let mut flushes: HashMap<(u64, KeySpace), usize> = HashMap::new();
+        for call in bench.store.calls() {
+            *flushes
+                .entry((call.interval(), call.request.space))
+                .or_default() += 1;
+        }
+        for n in 0..10 {
+            for (p, keys_there) in per_partition.iter().enumerate() {
+                let space = KeySpace::partition("", "many", p as u32);
+                let expected = usize::from(*keys_there > 0);
+                assert_eq!(
+                    flushes.get(&(n, space)).copied().unwrap_or(0),
+                    expected,
+                    "{keys} keys: flushes of partition {p} in interval {n}"
+                );
+            }
+        }
+        // Each flush carries every key of its partition, all of them having units to send.
+        for call in bench.store.calls() {
+            let p = (0..3)
+                .position(|p| KeySpace::partition("", "many", p) == call.request.space)
+                .unwrap();
+            assert_eq!(call.request.entries.len(), per_partition[p]);
+        }
+        for name in &names {
+            assert_eq!(bench.store.counted(name), 10, "{keys} keys: {name}");
+        }
+    }
+}
+
+#[test]
+fn a_held_key_is_flushed_every_interval_and_never_evicted() {
+    let mut bench = Bench::new();
+    let (family, _) = bench.family(builder("held").evict_after(INTERVAL));
+    let handle = family.counter("held").unwrap();
+    handle.increment(1);
+    family.increment("idle", 1);
+    bench.run_until(INTERVAL * 10);
+    assert_eq!(family.len(), 1, "the idle key stays, or the held one went");
+    let calls = bench.store.calls();
+    for n in 0..10 {
+        assert!(
+            calls.iter().any(|c| c.interval() == n && c.carries("held")),
+            "interval {n} had no flush of the held key: {calls:?}"
+        );
+    }
+    assert!(calls.last().is_some_and(|c| !c.carries("idle")));
+    assert_eq!(
+        handle.group_total(),
+        Some(0),
+        "the held key's total is fresh"
+    );
+    assert_eq!(bench.store.counted("held"), 1);
+
+    // Let go of, it is evicted like any other key, and counts on when taken again.
+    drop(handle);
+    bench.run_until(INTERVAL * 13);
+    assert_eq!(family.len(), 0);
+    let handle = family.counter("held").unwrap();
+    assert_eq!(
+        handle.group_total(),
+        None,
+        "a key come back has no total yet"
+    );
+    handle.increment(2);
+    bench.run_until(INTERVAL * 15);
+    assert_eq!(bench.store.counted("held"), 3);
+    assert_eq!(handle.buffered(), 0);
 }
 
 #[test]
@@ -195,4 +348,251 @@ fn a_key_looked_up_stays_for_the_flush_that_brings_its_total() {
         "{:?}",
         bench.store.calls()
     );
+}
+
+#[test]
+fn a_key_that_cannot_be_counted_is_refused_and_nothing_is_counted() {
+    let mut bench = Bench::new();
+    let (family, _) = bench.family(builder("refused").max_keys(2).evict_after(INTERVAL));
+    let longest = "y".repeat(FlushRequest::MAX_KEY_LEN);
+    let too_long = "x".repeat(FlushRequest::MAX_KEY_LEN + 1);
+    assert_eq!(family.try_increment("", 1), Err(KeyError::Empty));
+    assert_eq!(
+        family.try_increment(&too_long, 1),
+        Err(KeyError::TooLong {
+            len: FlushRequest::MAX_KEY_LEN + 1,
+            max: FlushRequest::MAX_KEY_LEN
+        })
+    );
+    assert_eq!(family.try_increment(&longest, 1), Ok(1));
+    assert_eq!(family.try_increment("a", 2), Ok(2));
+    let full = KeyError::Full { max_keys: 2 };
+    assert_eq!(family.try_increment("b", 3), Err(full));
+    assert_eq!(family.counter("b").err(), Some(full));
+    assert_eq!(family.counter("").err(), Some(KeyError::Empty));
+    assert!(matches!(
+        family.counter(&too_long),
+        Err(KeyError::TooLong { .. })
+    ));
+    // A key already held still counts when the family is full.
+    assert_eq!(family.try_increment("a", 1), Ok(3));
+    for refused in ["", too_long.as_str(), "b"] {
+        assert_eq!(family.count(refused), 0);
+        assert_eq!(family.group_total(refused), None);
+        assert_eq!(family.buffered(refused), 0);
+    }
+    assert_eq!(family.len(), 2);
+
+    bench.run_until(INTERVAL);
+    let flushed: BTreeSet<String> = bench
+        .store
+        .calls()
+        .iter()
+        .flat_map(|c| c.request.entries.iter().map(|e| e.key.to_string()))
+        .collect();
+    assert_eq!(flushed, BTreeSet::from([longest.clone(), "a".to_owned()]));
+    assert_eq!(bench.store.counted("a"), 3);
+    assert_eq!(bench.store.counted(&longest), 1);
+
+    // Once the idle keys are evicted, there is room again.
+    bench.run_until(INTERVAL * 4);
+    assert_eq!(family.len(), 0);
+    assert_eq!(family.try_increment("b", 3), Ok(3));
+}
+
+#[test]
+#[should_panic(expected = "the family already holds its cap of 1 keys")]
+fn increment_panics_where_try_increment_refuses() {
+    let (family, _worker) = builder("panics")
+        .max_keys(1)
+        .build(MemoryStore::new(), VirtualClock::new())
+        .unwrap();
+    family.increment("a", 1);
+    family.increment("b", 1);
+}
+
+#[test]
+fn a_partition_with_more_keys_than_a_flush_carries_flushes_them_in_turns() {
+    let keys = FlushRequest::MAX_ENTRIES * 5 / 2;
+    let mut bench = Bench::new();
+    let (family, _) = bench.family(builder("crowded").max_keys(keys));
+    let names: Vec<String> = (0..keys).map(|i| format!("key-{i}")).collect();
+    for n in 0..6 {
+        bench.run_until(INTERVAL * n + ms(100));
+        for name in &names {
+            family.increment(name, 1);
+        }
+    }
+    bench.run_until(INTERVAL * 12);
+    let calls = bench.store.calls();
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.request.entries.len() <= FlushRequest::MAX_ENTRIES)
+    );
+    // Every key is flushed at least once every three flushes, whichever it is.
+    let mut last_flushed: HashMap<&str, usize> = HashMap::new();
+    let while_counting = calls.iter().take_while(|c| c.at < INTERVAL * 6);
+    for (i, call) in while_counting.enumerate() {
+        for entry in &call.request.entries {
+            last_flushed.insert(&entry.key, i);
+        }
+        for name in &names {
+            let last = last_flushed.get(name.as_str()).map_or(-1, |&l| l as i64);
+            assert!(
+                i as i64 - last < 3,
+                "{name} not flushed in flushes {}..={i}",
+                last + 1
+            );
+        }
+    }
+    for name in &names {
+        assert_eq!(bench.store.counted(name), 6, "{name}");
+        assert_eq!(family.buffered(name), 0, "{name}");
+    }
+}
+
+#[test]
+fn closing_makes_every_total_unknown_and_sends_nothing_more() {
+    let mut bench = Bench::new();
+    let (family, done) = bench.family(builder("closing").partitions(2));
+    let handle = family.counter("acme").unwrap();
+    for n in 0..3 {
+        bench.run_until(INTERVAL * n + ms(100));
+        handle.increment(1);
+        family.increment("globex", 2);
+    }
+    bench.run_until(ms(2_600));
+    assert_eq!(family.group_total("globex"), Some(2));
+    assert_eq!(handle.group_total(), Some(1));
+    let sent = bench.store.calls().len();
+
+    family.close();
+    assert!(family.is_closed());
+    assert_eq!(family.group_total("globex"), None);
+    assert_eq!(family.group_total("acme"), None);
+    assert_eq!(handle.group_total(), None);
+    // Counting goes on locally.
+    assert_eq!(family.increment("globex", 5), 5);
+    assert_eq!(handle.increment(7), 7);
+    bench.run_until(INTERVAL * 10);
+    assert_eq!(
+        bench.store.calls().len(),
+        sent,
+        "a flush went out after close"
+    );
+    assert!(done.load(Ordering::SeqCst), "the worker did not end");
+    assert_eq!(family.buffered("globex"), 5);
+    assert_eq!(handle.buffered(), 7);
+    assert_eq!(family.count("globex"), 5);
+}
+
+/// A store that refuses every flush.
+struct Refusing;
+
+impl Store for Refusing {
+    fn name(&self) -> &str {
+        "refusing"
+    }
+
+    fn flush(
+        &self,
+        _request: &FlushRequest,
+        _report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        ready(Err(StoreError::refused("not today")))
+    }
+}
+
+#[test]
+fn events_carry_the_family_name_and_a_failed_flush_names_each_key() {
+    let recorder = Recorder::new();
+    let clock = VirtualClock::new();
+    let mut pool = LocalPool::new();
+    let (family, worker) = Family::builder("tenants", INTERVAL)
+        .partitions(2)
+        .diagnostics(recorder.clone())
+        .build(Refusing, clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    // "acme" and "initech" share partition 1, "globex" has partition 0.
+    family.increment("acme", 3);
+    family.increment("initech", 0);
+    family.increment("globex", 4);
+    pool.run_until_stalled();
+
+    let records = recorder.records();
+    assert!(!records.is_empty());
+    for record in &records {
+        assert_eq!(record.counter, "tenants", "{record:?}");
+    }
+    let failed: BTreeMap<String, (String, String)> = recorder
+        .with_message("flush failed")
+        .iter()
+        .map(|r| {
+            assert!(r.attribute("error").unwrap().contains("not today"), "{r:?}");
+            (
+                r.attribute("key")
+                    .expect("a family's failure names its key")
+                    .into(),
+                (
+                    r.attribute("dropped").unwrap().into(),
+                    r.attribute("unsettled").unwrap().into(),
+                ),
+            )
+        })
+        .collect();
+    let expected = BTreeMap::from([
+        ("acme".to_owned(), ("3".to_owned(), "0".to_owned())),
+        ("globex".to_owned(), ("4".to_owned(), "0".to_owned())),
+    ]);
+    assert_eq!(failed, expected);
+    assert_eq!(recorder.with_message("flush failed").len(), 2);
+    assert_eq!(family.buffered("acme"), 0, "a dropped amount is not kept");
+}
+
+#[test]
+fn totals_are_kept_in_one_hash_per_partition_and_interval_with_a_field_per_key() {
+    let mut bench = Bench::new();
+    let id = ParticipantId::from_u64(7);
+    let (family, _) = bench.family(
+        builder("tenants")
+            .prefix("app:")
+            .partitions(4)
+            .participant(id),
+    );
+    let amounts = [("acme", 1), ("globex", 2), ("initech", 3), ("hooli", 4)];
+    for (key, amount) in amounts {
+        family.increment(key, amount);
+    }
+    bench.run_until(Duration::ZERO);
+    let memory = &bench.store.memory;
+    let mut expected_keys = BTreeSet::new();
+    let mut fields: BTreeMap<u32, Vec<(String, u64)>> = BTreeMap::new();
+    for (key, amount) in amounts {
+        let p = partition_of(key, 4);
+        let space = KeySpace::partition("app:", "tenants", p);
+        let hash = format!("app:{{tenants@{p}}}:0");
+        assert_eq!(space.interval(0), hash);
+        assert_eq!(memory.field(&hash, key), Some(amount), "{key}");
+        fields.entry(p).or_default().push((key.to_owned(), amount));
+        let fence = format!("app:{{tenants@{p}}}:f:0000000000000007");
+        assert_eq!(space.fence(id), fence);
+        assert_eq!(memory.fence(&fence).map(|(_, n)| n), Some(0), "{key}");
+        expected_keys.insert(hash);
+        expected_keys.insert(fence);
+    }
+    for (p, mut expected) in fields {
+        expected.sort();
+        let hash = KeySpace::partition("app:", "tenants", p).interval(0);
+        assert_eq!(memory.fields(&hash), expected, "partition {p}");
+    }
+    // Only the partitions that hold keys write: here partition 0 holds none.
+    assert!(amounts.iter().all(|(key, _)| partition_of(key, 4) != 0));
+    assert_eq!(
+        memory.keys().into_iter().collect::<BTreeSet<_>>(),
+        expected_keys
+    );
+    assert_eq!(family.partitions(), 4);
+    assert_eq!(family.name(), "tenants");
 }
