@@ -179,7 +179,7 @@ fn each_key_has_its_own_total_across_participants() {
     assert_eq!(total("initech"), Some(1));
 
     // The next flushes, in the middle of interval 1, bring back each key's total of
-    // interval 0, and the first participant looks up a key it never counted.
+    // interval 0, and the first participant adds a key it never counted, to learn its total.
     families[1].increment("initech", 6);
     bench.run_until(ms(1_500));
     assert_eq!(families[0].increment("acme", 3), 10);
@@ -189,9 +189,14 @@ fn each_key_has_its_own_total_across_participants() {
     assert_eq!(
         families[0].count("initech"),
         0,
+        "not held here: a read adds nothing"
+    );
+    assert_eq!(
+        families[0].increment("initech", 0),
+        0,
         "never counted nor flushed here"
     );
-    // Its next flush carries the key looked up, and brings its total.
+    // Its next flush carries the key added, and brings its total.
     bench.run_until(ms(2_500));
     assert_eq!(families[0].group_total("initech"), Some(6));
     assert_eq!(families[0].count("initech"), 6);
@@ -284,6 +289,32 @@ fn a_held_key_is_flushed_every_interval_and_never_evicted() {
     assert_eq!(handle.buffered(), 0);
 }
 
+/// A key used through a handle counts as used until the handle goes: it is evicted only
+/// `evict_after` later, not `evict_after` after the handle was taken.
+#[test]
+fn a_key_is_kept_evict_after_past_its_last_handle() {
+    let evict_after = INTERVAL * 5;
+    let mut bench = Bench::new();
+    let (family, _) = bench.family(builder("released").evict_after(evict_after));
+    let handle = family.counter("k").unwrap();
+    for _ in 0..9 {
+        handle.increment(1);
+        bench.run_until(bench.now() + INTERVAL);
+    }
+    let released = bench.now() + ms(700);
+    bench.run_until(released);
+    drop(handle);
+    bench.run_until(released + evict_after - ms(100));
+    assert_eq!(
+        family.len(),
+        1,
+        "evicted sooner than evict_after after its last handle"
+    );
+    bench.run_until(released + evict_after + INTERVAL * 2);
+    assert_eq!(family.len(), 0, "never evicted");
+    assert_eq!(bench.store.counted("k"), 9);
+}
+
 #[test]
 fn an_idle_key_is_evicted_after_evict_after_and_comes_back_with_nothing_lost() {
     let evict_after = INTERVAL * 3;
@@ -328,8 +359,8 @@ fn an_idle_key_is_evicted_after_evict_after_and_comes_back_with_nothing_lost() {
     assert_eq!(family.buffered("k"), 0);
 }
 
-/// A key only looked up, with the shortest eviction, early in an interval: it stays for the
-/// flush that brings its total, as `count` and `group_total` promise.
+/// A key only added to learn its total (`increment(key, 0)`), with the shortest eviction,
+/// early in an interval: it stays for the flush that brings its total.
 #[test]
 fn a_key_looked_up_stays_for_the_flush_that_brings_its_total() {
     let mut bench = Bench::new();
@@ -340,7 +371,7 @@ fn a_key_looked_up_stays_for_the_flush_that_brings_its_total() {
     bench.run_until(ms(1_100));
     counting.increment("k", 3);
     bench.run_until(ms(2_200));
-    assert_eq!(looking.count("k"), 0);
+    assert_eq!(looking.increment("k", 0), 0);
     bench.run_until(ms(2_600));
     assert_eq!(
         looking.group_total("k"),
