@@ -82,13 +82,14 @@ impl Builder<ForFamily> {
         self
     }
 
-    /// How long a key may go without being incremented or read, with nothing to send and no
-    /// handle on it, before it is evicted: by default a minute, or ten intervals if longer;
-    /// at least one interval.
+    /// How long a key may go without being used (incremented, read, or held by a handle),
+    /// with nothing left to send, before it is evicted: by default a minute, or ten intervals
+    /// if longer; at least one interval.
     ///
-    /// Until then the key is flushed every interval, so that its total stays fresh. An
-    /// evicted key loses nothing, its buffer being empty; used again, it comes back, and its
-    /// total is unknown until the next flush brings it.
+    /// A key is flushed in every interval it is used in and the one after, so that the total
+    /// of a key in use stays fresh; a key used less often gets its total with the flush after
+    /// its next use. An evicted key loses nothing, its buffer being empty; used again, it
+    /// comes back, and its total is unknown until the next flush brings it.
     pub fn evict_after(mut self, evict_after: Duration) -> Self {
         self.kind.0.evict_after = Some(evict_after);
         self

@@ -130,6 +130,7 @@ impl Family {
     pub fn counter(&self, key: &str) -> Result<KeyCounter, KeyError> {
         let shared = &self.life.0;
         let slot = shared.keys.get_or_add(key, shared.epoch())?;
+        slot.asked_in(shared.epoch());
         Ok(KeyCounter {
             slot,
             life: Arc::clone(&self.life),
@@ -265,6 +266,14 @@ impl KeyCounter {
     /// The family's name.
     pub fn family(&self) -> &str {
         &self.life.0.name
+    }
+}
+
+impl Drop for KeyCounter {
+    /// A key counts as used until its last handle goes: it is evicted only `evict_after`
+    /// later.
+    fn drop(&mut self) {
+        self.slot.asked_in(self.life.0.epoch());
     }
 }
 
