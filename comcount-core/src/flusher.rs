@@ -496,7 +496,11 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     /// Takes a reply's totals as the group's numbers; the copy that brought them took
     /// `round_trip`.
     fn refresh(&mut self, totals: &[Option<u64>], round_trip: Duration) {
-        self.batch.refresh(totals, self.now_ms());
+        let now_ms = self.now_ms();
+        // Not once closed: a reply that comes as the family closes must not bring a total
+        // back after `close()` forgot them all.
+        self.shared
+            .while_open(|| self.batch.refresh(totals, now_ms));
         self.watch
             .refreshed(totals.iter().any(Option::is_some), round_trip);
     }
