@@ -49,7 +49,9 @@ fn increments_after_the_first_allocate_nothing() {
     for key in ["a", "b", "c"] {
         family.increment(key, 1);
     }
-    assert_no_allocation("a family's existing key", || family.increment("tenant-42", 1));
+    assert_no_allocation("a family's existing key", || {
+        family.increment("tenant-42", 1)
+    });
     let handle = family.counter("tenant-42").unwrap();
     assert_no_allocation("a handle on a family's key", || handle.increment(1));
     drop((counter, family, handle, worker));

@@ -339,7 +339,9 @@ async fn main() {
     println!();
     println!("Cost per key: Redis's CPU per flush, flushes sent one after another, all applied");
     println!();
-    println!("| keys per flush | µs per flush | µs per key | per key / counter flush | slowest run |");
+    println!(
+        "| keys per flush | µs per flush | µs per key | per key / counter flush | slowest run |"
+    );
     println!("| --- | --- | --- | --- | --- |");
     watch_slow_runs(&mut stats).await;
     let counter = cost(&url, &mut stats, 0, 2_000).await;
