@@ -305,18 +305,40 @@ mod tests {
 
     #[test]
     fn the_script_checks_the_ranges_the_rust_side_documents() {
-        for (limit, text) in [
-            (FlushRequest::MAX_SEQ, "'9007199254740991'"),
-            (FlushRequest::MAX_AMOUNT, "'9223372036854775807'"),
-            (FlushRequest::MAX_INTERVAL_MS, "'3002399751580330'"),
-            (FlushRequest::MAX_EXPECT, "'9007199254740991'"),
-            (FlushRequest::MAX_FENCE_TTL_MS, "'9007199254740991'"),
-            (FlushRequest::MAX_ENTRIES as u64, "1000"),
-            (FlushRequest::MAX_KEY_LEN as u64, "256"),
-        ] {
-            assert!(text.contains(&limit.to_string()));
-            assert!(SOURCE.contains(text), "the script does not check {text}");
+        // Each check names its argument's place in `arguments` and the limits of
+        // `FlushRequest::check`.
+        let checks = [
+            format!(
+                "check(1, 'sequence number', '1', '{}')",
+                FlushRequest::MAX_SEQ
+            ),
+            format!(
+                "check(2, 'interval ms', '1', '{}')",
+                FlushRequest::MAX_INTERVAL_MS
+            ),
+            format!(
+                "check(3, 'expected interval', '0', '{}')",
+                FlushRequest::MAX_EXPECT
+            ),
+            format!(
+                "check(4, 'fence life ms', '1', '{}')",
+                FlushRequest::MAX_FENCE_TTL_MS
+            ),
+            "check(5 + 2 * j, 'amount', '0', MAX_TOTAL)".to_owned(),
+            format!("local MAX_TOTAL = '{}'", FlushRequest::MAX_AMOUNT),
+            format!("local MAX_ENTRIES = {}\n", FlushRequest::MAX_ENTRIES),
+            format!("local MAX_KEY_LEN = {}\n", FlushRequest::MAX_KEY_LEN),
+            "if layout == 'c' then".to_owned(),
+            "local family = layout == 'f'".to_owned(),
+        ];
+        for text in checks {
+            assert_eq!(
+                SOURCE.matches(&text).count(),
+                1,
+                "the script does not check {text}"
+            );
         }
+        assert_eq!(FlushRequest::MAX_AMOUNT, i64::MAX as u64);
         assert_eq!(FlushRequest::MAX_INTERVAL_MS * 3, (1 << 53) - 2);
         for line in SOURCE.lines().filter(|l| l.contains("error_reply(")) {
             assert!(line.contains("error_reply('ERR comcount: "), "{line}");
