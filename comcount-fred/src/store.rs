@@ -11,7 +11,7 @@ use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use crate::errors::{classify, is_no_script};
-use crate::reply::decode;
+use crate::reply::fields;
 
 /// How many cluster redirections one `EVALSHA` may follow (fred's default).
 const MAX_REDIRECTIONS: u32 = 5;
@@ -77,12 +77,7 @@ where
         report: &Reporter,
     ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
         let client = self.client.clone();
-        let keys = request.keys();
-        // Every key of a flush shares the counter's hash tag, so the first one names the slot.
-        let slot = fred::util::redis_keyslot(keys[0].as_bytes());
-        let mut arguments = vec![self.sha.to_string(), keys.len().to_string()];
-        arguments.extend(keys);
-        arguments.extend(script::arguments(request));
+        let (slot, arguments) = evalsha_arguments(&self.sha, request);
         let report = report.clone();
         async move {
             let once = client.with_options(&Options {
@@ -109,9 +104,23 @@ where
                 }
                 Err(error) => return Err(classify(error)),
             };
-            decode(&value)
+            script::decode(request, &fields(&value)?)
         }
     }
+}
+
+/// The slot and the arguments of `EVALSHA sha 5 keys... args...` for one flush: the keys of
+/// [`FlushRequest::keys`], the arguments of [`script::arguments`].
+fn evalsha_arguments(sha: &str, request: &FlushRequest) -> (u16, Vec<String>) {
+    let keys = request.keys();
+    // Every key of a flush shares one hash tag, so the first one names the slot.
+    let slot = fred::util::redis_keyslot(keys[0].as_bytes());
+    let arguments = script::arguments(request);
+    let mut all = Vec::with_capacity(2 + keys.len() + arguments.len());
+    all.extend([sha.to_owned(), keys.len().to_string()]);
+    all.extend(keys);
+    all.extend(arguments.into_iter().map(String::from));
+    (slot, all)
 }
 
 impl<C> fmt::Debug for FredStore<C> {
@@ -119,5 +128,34 @@ impl<C> fmt::Debug for FredStore<C> {
         f.debug_struct("FredStore")
             .field("script_sha", &self.sha)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use comcount_core::{Entry, KeySpace, ParticipantId};
+
+    #[test]
+    fn evalsha_sends_the_keys_then_the_scripts_arguments_to_their_slot() {
+        let request = FlushRequest::new(
+            KeySpace::partition("p:", "f", 2),
+            ParticipantId::from_u64(9),
+            300,
+        )
+        .with_seq(4)
+        .with_expect(10)
+        .with_entries(vec![Entry::new("a", 1), Entry::new("b", 0)]);
+        let (slot, arguments) = evalsha_arguments("sha", &request);
+        let mut expected = vec!["sha".to_owned(), "5".into()];
+        expected.extend(request.keys());
+        expected.extend(script::arguments(&request).into_iter().map(String::from));
+        assert_eq!(arguments, expected);
+        assert_eq!(arguments[2], "p:{f@2}:8");
+        assert_eq!(
+            arguments[7..],
+            ["4", "300", "10", "600000", "f", "a", "1", "b", "0"]
+        );
+        assert_eq!(slot, fred::util::redis_keyslot(b"f@2"));
     }
 }

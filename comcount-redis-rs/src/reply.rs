@@ -1,18 +1,18 @@
-//! Reading the flush script's reply as redis-rs delivers it.
+//! The flush script's reply as redis-rs delivers it, mapped into the fields
+//! [`script::decode`](comcount_core::script::decode) reads.
 
-use comcount_core::script::{self, Field};
-use comcount_core::{FlushReply, StoreError};
+use comcount_core::StoreError;
+use comcount_core::script::Field;
 use redis::Value;
 
-/// Turns the script's five-field array into a [`FlushReply`].
-pub(crate) fn decode(value: &Value) -> Result<FlushReply, StoreError> {
+/// The fields of the script's reply, an array of integers, strings and nils.
+pub(crate) fn fields(value: &Value) -> Result<Vec<Field<'_>>, StoreError> {
     let Value::Array(items) = value else {
         return Err(StoreError::malformed(format!(
             "flush script reply: expected an array, got {value:?}"
         )));
     };
-    let fields = items.iter().map(field).collect::<Result<Vec<_>, _>>()?;
-    script::decode(&fields)
+    items.iter().map(field).collect()
 }
 
 fn field(value: &Value) -> Result<Field<'_>, StoreError> {
@@ -31,61 +31,41 @@ fn field(value: &Value) -> Result<Field<'_>, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use comcount_core::Outcome;
+    use comcount_core::StoreErrorKind;
 
     #[test]
-    fn reads_integers_strings_and_nil() {
-        let reply = decode(&Value::Array(vec![
+    fn maps_integers_strings_and_nil() {
+        let value = Value::Array(vec![
             Value::Int(0),
-            Value::Int(12),
-            Value::Int(3),
             Value::BulkString(b"40".to_vec()),
-            Value::Int(12),
-        ]))
-        .unwrap();
-        assert_eq!(reply.outcome, Outcome::Applied);
-        assert_eq!(reply.interval, 12);
-        assert_eq!(reply.previous_total, Some(40));
-        assert_eq!(reply.counted_in, Some(12));
-        let reply = decode(&Value::Array(vec![
-            Value::Int(4),
-            Value::Int(12),
-            Value::Int(3),
+            Value::SimpleString("7".into()),
             Value::Nil,
             Value::Boolean(false),
-        ]))
-        .unwrap();
-        assert_eq!(reply.previous_total, None);
-        assert_eq!(reply.counted_in, None);
-    }
-
-    #[test]
-    fn a_duplicate_says_where_it_was_counted() {
-        let reply = decode(&Value::Array(vec![
-            Value::Int(1),
-            Value::Int(12),
-            Value::Int(3),
-            Value::Nil,
-            Value::Int(11),
-        ]))
-        .unwrap();
-        assert_eq!(reply.outcome, Outcome::Duplicate);
-        assert_eq!(reply.counted_in, Some(11));
+        ]);
+        assert_eq!(
+            fields(&value).unwrap(),
+            [
+                Field::Int(0),
+                Field::Bytes(b"40"),
+                Field::Bytes(b"7"),
+                Field::Nil,
+                Field::Nil,
+            ]
+        );
+        assert_eq!(fields(&Value::Array(vec![])).unwrap(), []);
     }
 
     #[test]
     fn refuses_anything_else() {
-        assert!(decode(&Value::Okay).is_err());
-        assert!(decode(&Value::Array(vec![Value::Double(1.0); 5])).is_err());
-        // The old script's four fields.
-        assert!(
-            decode(&Value::Array(vec![
-                Value::Int(4),
-                Value::Int(12),
-                Value::Int(3),
-                Value::Nil,
-            ]))
-            .is_err()
-        );
+        for value in [
+            Value::Okay,
+            Value::Int(0),
+            Value::Array(vec![Value::Int(0), Value::Double(1.0)]),
+            Value::Array(vec![Value::Boolean(true)]),
+            Value::Array(vec![Value::Array(vec![])]),
+        ] {
+            let error = fields(&value).unwrap_err();
+            assert_eq!(error.kind(), StoreErrorKind::Malformed, "{value:?}");
+        }
     }
 }

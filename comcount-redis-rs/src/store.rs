@@ -10,7 +10,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, Value};
 
 use crate::errors::{classify, is_no_script};
-use crate::reply::decode;
+use crate::reply::fields;
 
 /// A [`Store`] on Redis through a redis-rs async connection.
 ///
@@ -82,12 +82,13 @@ where
                 }
                 Err(error) => return Err(classify(error)),
             };
-            decode(&value)
+            script::decode(request, &fields(&value)?)
         }
     }
 }
 
-/// `EVALSHA sha 5 keys... args...` for one flush.
+/// `EVALSHA sha 5 keys... args...` for one flush: the keys of [`FlushRequest::keys`], the
+/// arguments of [`script::arguments`].
 fn evalsha(sha: &str, request: &FlushRequest) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     let keys = request.keys();
@@ -108,5 +109,41 @@ impl<C> fmt::Debug for RedisStore<C> {
         f.debug_struct("RedisStore")
             .field("script_sha", &self.sha)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use comcount_core::{Entry, KeySpace, ParticipantId};
+
+    fn words(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8(bytes.to_vec()).unwrap(),
+                other => panic!("EVALSHA holds no {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn evalsha_sends_the_keys_then_the_scripts_arguments() {
+        let request = FlushRequest::new(
+            KeySpace::partition("p:", "f", 2),
+            ParticipantId::from_u64(9),
+            300,
+        )
+        .with_seq(4)
+        .with_expect(10)
+        .with_entries(vec![Entry::new("a", 1), Entry::new("b", 0)]);
+        let mut expected = vec!["EVALSHA".to_owned(), "sha".into(), "5".into()];
+        expected.extend(request.keys());
+        expected.extend(script::arguments(&request).into_iter().map(String::from));
+        assert_eq!(words(&evalsha("sha", &request)), expected);
+        assert_eq!(expected[3], "p:{f@2}:8");
+        assert_eq!(
+            expected[8..],
+            ["4", "300", "10", "600000", "f", "a", "1", "b", "0"]
+        );
     }
 }
