@@ -1,6 +1,6 @@
 //! The in-process store: the flush protocol on a map, on a clock of its own.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::{Future, ready};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -157,6 +157,14 @@ impl<C: Clock> MemoryStore<C> {
     /// write.
     fn run(&self, request: &FlushRequest) -> Result<FlushReply, StoreError> {
         request.check()?;
+        // A key twice would have one of its amounts overwritten by the other.
+        let mut keys = HashSet::with_capacity(request.entries.len());
+        if let Some(twice) = request.entries.iter().find(|e| !keys.insert(&e.key)) {
+            return Err(StoreError::refused(format!(
+                "entry key {:?} comes twice: send each key once",
+                twice.key
+            )));
+        }
         let now = self.clock.now();
         let interval_ms = request.interval_ms;
         let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
@@ -567,6 +575,20 @@ mod tests {
         assert_eq!(error.kind(), StoreErrorKind::Refused);
         assert_eq!(store.keys(), keys);
         assert_eq!(store.field("{m@0}:10", "a"), Some(1));
+    }
+
+    #[test]
+    fn a_batch_with_a_key_twice_is_refused_and_writes_nothing() {
+        let store = store_in(10);
+        store.run(&batch(1, 1, &[("a", 1)], 10)).unwrap();
+        let keys = store.keys();
+        let error = store
+            .run(&batch(2, 1, &[("a", 2), ("b", 1), ("a", 3)], 10))
+            .unwrap_err();
+        assert_eq!(error.kind(), StoreErrorKind::Refused);
+        assert!(error.to_string().contains("twice"), "{error}");
+        assert_eq!(store.keys(), keys);
+        assert_eq!(store.fields("{m@0}:10"), [("a".into(), 1)]);
     }
 
     #[test]
