@@ -20,7 +20,7 @@
 --        total as a plain integer (GET, INCRBY).
 --   'f'  one partition of a family: 1 ..= MAX_ENTRIES entries, each key 1 ..= MAX_KEY_LEN
 --        bytes and none twice. An interval key is a hash with a field per key holding its
---        total (HMGET, HINCRBY).
+--        total (HMGET, HSET).
 --
 -- The server's interval is N = floor(TIME in ms / I), its phase TIME - N*I. The flush may land
 -- in the window EXPECT-1 <= N <= EXPECT+1; it writes KEYS[N-EXPECT+3] and reads the key before
@@ -33,10 +33,12 @@
 --   1      duplicate: the fence holds this SEQ (applied before, in the fence's N)
 --   2      stale: the fence holds a later SEQ
 --   3      fenced: the fence holds an earlier SEQ applied in N or later
---   error  'f': a total of N's hash would pass 2^63-1, or a field there is not a total
---          'c': INCRBY refuses a total that would pass 2^63-1 (it is the first write)
---   0      applied: add each amount to its total of N (INCRBY, or HINCRBY per key), PEXPIRE
---          the interval key 3*I, SET the fence to "SEQ:N" with the fence life
+--   error  a total of N would pass 2^63-1 ('c': INCRBY refuses it, as the first write; 'f':
+--          the new totals are worked out from one HMGET of N's hash before any write), or a
+--          field of N's hash holds no total
+--   0      applied: add each amount to its total of N ('c': INCRBY; 'f': one HSET of the new
+--          totals, keys whose total does not change left out), PEXPIRE the interval key 3*I,
+--          SET the fence to "SEQ:N" with the fence life
 -- Every check, the overflow included, comes before the first write: an error or any outcome but
 -- 0 leaves every key as it was, and an applied flush adds every amount or none.
 --
@@ -216,28 +218,40 @@ if fence then
 end
 
 if family then
-  -- Every total must take its amount before the first HINCRBY: one that would overflow, or a
-  -- field that holds no total, refuses the whole flush.
+  -- Every new total is worked out, and checked, before the first write: one that would pass
+  -- the largest total, or a field that holds no total, refuses the whole flush. Then one HSET
+  -- writes them all.
   local current = redis.call('HMGET', KEYS[slot], unpack(fields))
+  local changes, k = {}, 0
   for j = 1, count do
     local total, amount = current[j], ARGV[5 + 2 * j]
+    local new = amount
     if total then
       if not (total == '0' or string.match(total, '^[1-9]%d*$')) then
         return redis.error_reply('ERR comcount: field ' .. quote(fields[j]) .. ' of ' ..
           KEYS[slot] .. ' is ' .. quote(total) .. ', not a total; is another program ' ..
           'writing under this prefix? Delete the key or change the prefix')
       end
-      if (#total > 18 or #amount > 18) and greater(sum(total, amount), MAX_TOTAL) then
-        return redis.error_reply('ERR comcount: the total of ' .. quote(fields[j]) .. ' in ' ..
-          KEYS[slot] .. ' would overflow past ' .. MAX_TOTAL .. '; nothing was written')
+      if amount == '0' then
+        new = nil
+      elseif #total < 16 and #amount < 16 then
+        -- Both below 10^15: their sum is exact in Lua's numbers.
+        new = string.format('%d', tonumber(total) + tonumber(amount))
+      else
+        new = sum(total, amount)
+        if greater(new, MAX_TOTAL) then
+          return redis.error_reply('ERR comcount: the total of ' .. quote(fields[j]) ..
+            ' in ' .. KEYS[slot] .. ' would overflow past ' .. MAX_TOTAL ..
+            '; nothing was written')
+        end
       end
     end
-  end
-  for j = 1, count do
-    -- Adding 0 to a total that exists changes nothing.
-    if current[j] == false or ARGV[5 + 2 * j] ~= '0' then
-      redis.call('HINCRBY', KEYS[slot], fields[j], ARGV[5 + 2 * j])
+    if new then
+      changes[k + 1], changes[k + 2], k = fields[j], new, k + 2
     end
+  end
+  if k > 0 then
+    redis.call('HSET', KEYS[slot], unpack(changes))
   end
 else
   redis.call('INCRBY', KEYS[slot], ARGV[7])
