@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::{Diagnostics, Event};
-use comcount_core::{Builder, Counter};
+use comcount_core::{Builder, Counter, KeySpace};
 use comcount_redis_rs::RedisStore;
 use comcount_tests::proxy::Proxy;
 use comcount_tests::server::RedisServer;
@@ -204,7 +204,7 @@ async fn run_setting(
             continue;
         }
         for fleet in &fleets {
-            let key = format!("{}{{{}}}:{}", fleet.prefix, fleet.name, current);
+            let key = KeySpace::counter(&fleet.prefix, &fleet.name).interval(current);
             let total: Option<u64> = direct
                 .get(&key)
                 .await

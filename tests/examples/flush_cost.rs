@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::{Diagnostics, Event};
-use comcount_core::{Counter, ParticipantId, Worker};
+use comcount_core::{Counter, FlushRequest, KeySpace, ParticipantId, Worker};
 use comcount_redis_rs::RedisStore;
 use comcount_tests::bench::info;
 use comcount_tests::connect;
@@ -303,21 +303,23 @@ async fn baseline(port: u16, stats: &mut MultiplexedConnection) -> Baseline {
         .expect("the clock is past 1970")
         .as_millis() as u64;
     let n = now_ms / interval_ms;
-    // The keys of FlushRequest::keys: intervals n-2 ..= n+1, then the fence.
-    let keys = [
-        format!("bench:{{flush}}:{}", n - 2),
-        format!("bench:{{flush}}:{}", n - 1),
-        format!("bench:{{flush}}:{n}"),
-        format!("bench:{{flush}}:{}", n + 1),
-        "bench:{flush}:f:__rand_int__".to_owned(),
-    ];
-    let args = [
-        "1".to_owned(),
-        "1".to_owned(),
-        interval_ms.to_string(),
-        n.to_string(),
-        "600000".to_owned(),
-    ];
+    // The keys of FlushRequest::keys (intervals n-2 ..= n+1, then the fence), the fence's
+    // participant id replaced by redis-benchmark's random number.
+    let participant = ParticipantId::from_u64(0);
+    let request = FlushRequest::new(
+        KeySpace::counter("bench:", "flush"),
+        participant,
+        interval_ms,
+    )
+    .with_amount(1)
+    .with_expect(n)
+    .with_fence_ttl_ms(600_000);
+    let mut keys = request.keys();
+    keys[4] = keys[4].replace(&participant.to_string(), "__rand_int__");
+    let args: Vec<String> = comcount_core::script::arguments(&request)
+        .into_iter()
+        .map(String::from)
+        .collect();
     let key_count = keys.len().to_string();
     let mut command = vec!["evalsha", flush_sha.as_str(), key_count.as_str()];
     command.extend(keys.iter().map(String::as_str));
@@ -887,9 +889,10 @@ async fn memory(url: &str, stats: &mut MultiplexedConnection) -> Memory {
     clear(stats).await;
     let tally = Arc::new(Tally::default());
     let connection = connect::multiplexed(url).await;
+    let participant = ParticipantId::from_u64(0x0123_4567_89ab_cdef);
     let (counter, worker) = Counter::builder("memory", Duration::from_secs(1))
         .prefix("mem:")
-        .participant(ParticipantId::from_u64(0x0123_4567_89ab_cdef))
+        .participant(participant)
         .diagnostics(Tallied(Arc::clone(&tally)))
         .build(RedisStore::new(connection.clone()), TokioTimer::new())
         .expect("the settings are valid");
@@ -902,8 +905,9 @@ async fn memory(url: &str, stats: &mut MultiplexedConnection) -> Memory {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     counter.close();
+    let space = KeySpace::counter("mem:", "memory");
     let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("mem:{memory}:*")
+        .arg(format!("{}:*", space.base()))
         .query_async(stats)
         .await
         .expect("KEYS answers");
@@ -924,7 +928,7 @@ async fn memory(url: &str, stats: &mut MultiplexedConnection) -> Memory {
             .query_async(stats)
             .await
             .expect("OBJECT ENCODING answers");
-        let slot = if key.contains(":f:") {
+        let slot = if key == space.fence(participant) {
             &mut fence_key
         } else {
             &mut interval_key

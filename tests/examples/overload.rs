@@ -37,7 +37,9 @@ use std::time::{Duration, Instant};
 
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::{Diagnostics, Event, Reporter};
-use comcount_core::{Counter, FlushReply, FlushRequest, Outcome, ParticipantId, Store, StoreError};
+use comcount_core::{
+    Counter, FlushReply, FlushRequest, KeySpace, Outcome, ParticipantId, Store, StoreError,
+};
 use comcount_redis_rs::RedisStore;
 use comcount_tests::bench::{Rules, info, redis_cpu};
 use comcount_tests::server::RedisServer;
@@ -174,15 +176,14 @@ async fn capacity(url: &str, stats: &mut MultiplexedConnection) -> Capacity {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("the clock is past 1970")
         .as_millis() as u64;
-    let request = FlushRequest {
-        key_base: Arc::from("capacity:{c}"),
-        participant: ParticipantId::random(),
-        seq: 1,
-        amount: 1,
+    let request = FlushRequest::new(
+        KeySpace::counter("capacity:", "c"),
+        ParticipantId::random(),
         interval_ms,
-        expect: now_ms / interval_ms,
-        fence_ttl_ms: 60_000,
-    };
+    )
+    .with_amount(1)
+    .with_expect(now_ms / interval_ms)
+    .with_fence_ttl_ms(60_000);
     let applied = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::{Diagnostics, Event, Reporter};
-use comcount_core::{Counter, FlushReply, FlushRequest, Store, StoreError};
+use comcount_core::{Counter, FlushReply, FlushRequest, KeySpace, Store, StoreError};
 use comcount_redis_rs::RedisStore;
 use comcount_tests::bench::Rules;
 use comcount_tests::proxy::Proxy;
@@ -183,6 +183,7 @@ impl Diagnostics for Tallied {
                 dropped,
                 unsettled,
                 error,
+                ..
             } => {
                 t.dropped.fetch_add(*dropped, Ordering::Relaxed);
                 t.unsettled.fetch_add(*unsettled, Ordering::Relaxed);
@@ -231,7 +232,7 @@ impl Store for Counting {
                 && reply.outcome.is_counted()
             {
                 tally.counted_replies.fetch_add(1, Ordering::Relaxed);
-                if reply.previous_total.is_none() {
+                if reply.previous_total().is_none() {
                     tally.counted_without_total.fetch_add(1, Ordering::Relaxed);
                 }
                 let interval = reply.counted_in.unwrap_or(reply.interval);
@@ -259,7 +260,7 @@ async fn connect(url: &str) -> MultiplexedConnection {
 
 struct Fleet {
     rules: Rules,
-    key_base: String,
+    space: KeySpace,
     counters: Vec<Counter>,
     tally: Arc<Tally>,
     /// Units counted by every participant together.
@@ -288,7 +289,7 @@ async fn start_fleet(rules: Rules, settings: &Settings, proxy_url: &str, tag: &s
     }
     Fleet {
         rules,
-        key_base: format!("{prefix}{{{name}}}"),
+        space: KeySpace::counter(&prefix, name),
         counters,
         tally,
         counted: Arc::new(AtomicU64::new(0)),
@@ -344,11 +345,11 @@ fn wall_interval(interval: Duration) -> u64 {
 /// what landed; runs until `done`.
 async fn read_totals(
     mut direct: MultiplexedConnection,
-    key_bases: Vec<String>,
+    spaces: Vec<KeySpace>,
     interval: Duration,
     done: Arc<AtomicBool>,
 ) -> Vec<u64> {
-    let mut landed = vec![0u64; key_bases.len()];
+    let mut landed = vec![0u64; spaces.len()];
     let mut next = wall_interval(interval);
     loop {
         let last_round = done.load(Ordering::Relaxed);
@@ -356,9 +357,9 @@ async fn read_totals(
         // nothing is flushed any more, the current one too.
         let upto = wall_interval(interval) + u64::from(last_round);
         while next < upto {
-            for (base, sum) in key_bases.iter().zip(landed.iter_mut()) {
+            for (space, sum) in spaces.iter().zip(landed.iter_mut()) {
                 let total: Option<u64> = redis::cmd("GET")
-                    .arg(format!("{base}:{next}"))
+                    .arg(space.interval(next))
                     .query_async(&mut direct)
                     .await
                     .expect("GET answers");
@@ -438,7 +439,7 @@ async fn run_round_trip(
     let reading_done = Arc::new(AtomicBool::new(false));
     let reader = tokio::spawn(read_totals(
         connect(redis_url).await,
-        fleets.iter().map(|f| f.key_base.clone()).collect(),
+        fleets.iter().map(|f| f.space.clone()).collect(),
         interval,
         Arc::clone(&reading_done),
     ));
@@ -497,7 +498,7 @@ fn row(
     let t = &fleet.tally;
     let first_slow = t.first_slow_ms.load(Ordering::Relaxed);
     if let Some(error) = t.first_error.get() {
-        eprintln!("{}: first of its errors: {error}", fleet.key_base);
+        eprintln!("{}: first of its errors: {error}", fleet.space.base());
     }
     Row {
         rules: fleet.rules,

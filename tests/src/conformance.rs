@@ -11,9 +11,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use comcount_core::diagnostics::{Recorder, Reporter};
-use comcount_core::{FlushReply, FlushRequest, Outcome, ParticipantId, Store, StoreErrorKind};
+use comcount_core::{
+    Entry, FlushReply, FlushRequest, KeySpace, Outcome, ParticipantId, Store, StoreErrorKind,
+};
 
 use crate::inspect::{Inspector, Snapshot};
+
+pub mod family;
 use crate::settings::{self, sleep};
 
 /// How long a fence lives in these tests, as counters with short intervals set it.
@@ -24,10 +28,17 @@ const ATTEMPTS: u32 = 8;
 
 /// A step landed in another interval than the one it was aimed at.
 #[derive(Debug)]
-pub struct Slipped(String);
+pub struct Slipped(pub String);
 
-/// Runs the whole suite against `store`, reading its keys through `inspector`.
+/// Runs the whole suite against `store`, reading its keys through `inspector`: a counter,
+/// then the [`family`] scenarios.
 pub async fn check_store<S: Store, I: Inspector>(store: &S, inspector: &I) {
+    check_counter(store, inspector).await;
+    family::check_families(store, inspector).await;
+}
+
+/// Runs the counter's scenario against `store`.
+pub async fn check_counter<S: Store, I: Inspector>(store: &S, inspector: &I) {
     let interval = settings::interval();
     for attempt in 1..=ATTEMPTS {
         match scenario(store, inspector, interval).await {
@@ -44,21 +55,26 @@ pub async fn check_store<S: Store, I: Inspector>(store: &S, inspector: &I) {
     );
 }
 
-/// Builds the requests of one scenario, under a key base of its own.
+/// Builds the requests of one scenario, under keys of its own.
 pub struct Requests {
-    /// `prefix{name}`.
-    pub key_base: Arc<str>,
+    /// The counter's keys.
+    pub space: KeySpace,
     /// The interval in milliseconds.
     pub interval_ms: u64,
 }
 
 impl Requests {
-    /// Requests under a fresh key base.
+    /// Requests of a counter under a fresh prefix.
     pub fn fresh(interval: Duration) -> Self {
         Self {
-            key_base: format!("{}{{conformance}}", settings::unique_prefix("conf")).into(),
+            space: KeySpace::counter(&settings::unique_prefix("conf"), "conformance"),
             interval_ms: u64::try_from(interval.as_millis()).unwrap(),
         }
+    }
+
+    /// What every key of the scenario starts with.
+    pub fn base(&self) -> &str {
+        self.space.base()
     }
 
     /// One flush.
@@ -69,25 +85,21 @@ impl Requests {
         amount: u64,
         expect: u64,
     ) -> FlushRequest {
-        FlushRequest {
-            key_base: Arc::clone(&self.key_base),
-            participant,
-            seq,
-            amount,
-            interval_ms: self.interval_ms,
-            expect,
-            fence_ttl_ms: FENCE_TTL_MS,
-        }
+        FlushRequest::new(self.space.clone(), participant, self.interval_ms)
+            .with_seq(seq)
+            .with_amount(amount)
+            .with_expect(expect)
+            .with_fence_ttl_ms(FENCE_TTL_MS)
     }
 
     /// The key of interval `n`.
     pub fn interval_key(&self, n: u64) -> String {
-        format!("{}:{n}", self.key_base)
+        self.space.interval(n)
     }
 
     /// The fence key of `participant`.
     pub fn fence_key(&self, participant: ParticipantId) -> String {
-        format!("{}:f:{participant}", self.key_base)
+        self.space.fence(participant)
     }
 }
 
@@ -152,6 +164,10 @@ pub fn assert_unchanged(before: &Snapshot, after: &Snapshot, what: &str) {
     for (key, was) in before {
         let now = &after[key];
         assert_eq!(was.value, now.value, "{what} changed {key}");
+        assert!(
+            was.fields == now.fields,
+            "{what} changed the fields of {key}"
+        );
         match (was.ttl, now.ttl) {
             (Some(was), Some(now)) => assert!(now <= was, "{what} refreshed the expiry of {key}"),
             (None, None) => {}
@@ -199,65 +215,38 @@ async fn refuses_bad_fields<S: Store, I: Inspector>(
     participant: ParticipantId,
     n: u64,
 ) {
-    let base = &*requests.key_base;
+    let base = requests.base();
     let before = inspector.snapshot(base).await;
     let good = requests.flush(participant, 5, 1, n);
     let bad = [
-        (
-            "seq 0",
-            FlushRequest {
-                seq: 0,
-                ..good.clone()
-            },
-        ),
-        (
-            "seq 2^53",
-            FlushRequest {
-                seq: 1 << 53,
-                ..good.clone()
-            },
-        ),
+        ("seq 0", good.clone().with_seq(0)),
+        ("seq 2^53", good.clone().with_seq(1 << 53)),
         (
             "amount above i64::MAX",
-            FlushRequest {
-                amount: i64::MAX as u64 + 1,
-                ..good.clone()
-            },
+            good.clone().with_amount(i64::MAX as u64 + 1),
+        ),
+        ("interval 0", {
+            let mut request = good.clone();
+            request.interval_ms = 0;
+            request
+        }),
+        ("interval above 2^53/3", {
+            let mut request = good.clone();
+            request.interval_ms = FlushRequest::MAX_INTERVAL_MS + 1;
+            request
+        }),
+        ("expect 2^53", good.clone().with_expect(1 << 53)),
+        ("fence life 0", good.clone().with_fence_ttl_ms(0)),
+        ("fence life 2^53", good.clone().with_fence_ttl_ms(1 << 53)),
+        ("no entry", good.clone().with_entries(Vec::new())),
+        (
+            "a counter's entry with a key",
+            good.clone().with_entries(vec![Entry::new("k", 1)]),
         ),
         (
-            "interval 0",
-            FlushRequest {
-                interval_ms: 0,
-                ..good.clone()
-            },
-        ),
-        (
-            "interval above 2^53/3",
-            FlushRequest {
-                interval_ms: FlushRequest::MAX_INTERVAL_MS + 1,
-                ..good.clone()
-            },
-        ),
-        (
-            "expect 2^53",
-            FlushRequest {
-                expect: 1 << 53,
-                ..good.clone()
-            },
-        ),
-        (
-            "fence life 0",
-            FlushRequest {
-                fence_ttl_ms: 0,
-                ..good.clone()
-            },
-        ),
-        (
-            "fence life 2^53",
-            FlushRequest {
-                fence_ttl_ms: 1 << 53,
-                ..good.clone()
-            },
+            "a counter with two entries",
+            good.clone()
+                .with_entries(vec![Entry::new("", 1), Entry::new("", 1)]),
         ),
     ];
     let report = Reporter::new("conformance", Arc::new(Recorder::new()));
@@ -276,7 +265,7 @@ async fn scenario<S: Store, I: Inspector>(
     interval: Duration,
 ) -> Result<(), Slipped> {
     let requests = Requests::fresh(interval);
-    let base = &*requests.key_base;
+    let base = requests.base();
     let fence_ttl = Duration::from_millis(FENCE_TTL_MS);
     let three = interval * 3;
     let one = ParticipantId::random();
@@ -290,7 +279,7 @@ async fn scenario<S: Store, I: Inspector>(
     let written = Instant::now();
     let reply = flush(store, &requests.flush(one, 1, 5, n)).await;
     expect(&reply, Outcome::Applied, n)?;
-    assert_eq!(reply.previous_total, None, "no interval before the first");
+    assert_eq!(reply.previous_total(), None, "no interval before the first");
     assert_counted_in(&reply, Some(n), "an applied flush");
     assert_eq!(
         inspector.keys(base).await,
@@ -368,7 +357,7 @@ async fn scenario<S: Store, I: Inspector>(
     let reply = flush(store, &requests.flush(one, 2, 7, n)).await;
     expect(&reply, Outcome::Applied, m)?;
     assert_counted_in(&reply, Some(m), "a flush landing late");
-    assert_eq!(reply.previous_total, Some(115), "interval {n}'s total");
+    assert_eq!(reply.previous_total(), Some(115), "interval {n}'s total");
     keys.push(requests.interval_key(m));
     keys.sort();
     assert_eq!(inspector.keys(base).await, keys);
@@ -391,7 +380,7 @@ async fn scenario<S: Store, I: Inspector>(
     assert_unchanged(&before, &inspector.snapshot(base).await, "a stale flush");
     let reply = flush(store, &requests.flush(one, 2, 7, m)).await;
     expect(&reply, Outcome::Duplicate, m)?;
-    assert_eq!(reply.previous_total, Some(115));
+    assert_eq!(reply.previous_total(), Some(115));
     assert_counted_in(&reply, Some(m), "a duplicate");
     assert_unchanged(&before, &inspector.snapshot(base).await, "a duplicate");
     let reply = flush(store, &requests.flush(early, 1, 10, n + 1)).await;
@@ -404,7 +393,7 @@ async fn scenario<S: Store, I: Inspector>(
     assert_unchanged(&before, &inspector.snapshot(base).await, "a duplicate");
     let reply = flush(store, &requests.flush(one, 3, 1, m)).await;
     expect(&reply, Outcome::Fenced, m)?;
-    assert_eq!(reply.previous_total, Some(115));
+    assert_eq!(reply.previous_total(), Some(115));
     assert_unchanged(&before, &inspector.snapshot(base).await, "a fenced flush");
     let report = Reporter::new("conformance", Arc::new(Recorder::new()));
     let overflow = store

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::Recorder;
-use comcount_core::{Counter, ParticipantId, Store};
+use comcount_core::{Counter, KeySpace, ParticipantId, Store};
 use comcount_fred::FredStore;
 use comcount_redis_rs::RedisStore;
 use tokio::task::JoinHandle;
@@ -113,9 +113,14 @@ impl FaultyFleet {
         self.flush_timeout
     }
 
+    /// The counter's keys.
+    pub fn space(&self) -> KeySpace {
+        KeySpace::counter(&self.prefix, NAME)
+    }
+
     /// The key of the counter's interval `n`.
     pub fn interval_key(&self, n: u64) -> String {
-        format!("{}{{{NAME}}}:{n}", self.prefix)
+        self.space().interval(n)
     }
 
     /// Adds a participant on `store`; its worker starts at once, and idles until the fleet
@@ -189,7 +194,7 @@ impl FaultyFleet {
         }
         self.reader = Some(tokio::spawn(reader::read_loop(
             from,
-            format!("{}{{{NAME}}}", self.prefix),
+            self.space(),
             self.interval,
             self.reads.clone(),
             Arc::clone(&self.stop),

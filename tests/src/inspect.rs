@@ -10,8 +10,11 @@ use redis::aio::ConnectionLike;
 /// What a key holds and how long it has to live.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct KeyState {
-    /// The value as text: a total as its number, a fence as `SEQ:N`.
+    /// The value as text: a total as its number, a fence as `SEQ:N`; empty for a family's
+    /// hash of totals.
     pub value: String,
+    /// A family's hash of totals, field by field; empty for any other key.
+    pub fields: BTreeMap<String, String>,
     /// The time to live; `None` for a key that never expires.
     pub ttl: Option<Duration>,
 }
@@ -46,13 +49,21 @@ pub struct MemoryInspector<C>(pub MemoryStore<C>);
 
 impl<C: Clock> Inspector for MemoryInspector<C> {
     async fn key(&self, key: &str) -> Option<KeyState> {
+        let fields: BTreeMap<String, String> = self
+            .0
+            .fields(key)
+            .into_iter()
+            .map(|(field, total)| (field, total.to_string()))
+            .collect();
         let value = match (self.0.total(key), self.0.fence(key)) {
             (Some(total), _) => total.to_string(),
             (None, Some((seq, interval))) => format!("{seq}:{interval}"),
+            (None, None) if !fields.is_empty() => String::new(),
             (None, None) => return None,
         };
         Some(KeyState {
             value,
+            fields,
             ttl: self.0.time_to_live(key),
         })
     }
@@ -72,18 +83,43 @@ pub struct RedisInspector<C>(pub C);
 impl<C: ConnectionLike + Clone + Send + Sync> Inspector for RedisInspector<C> {
     async fn key(&self, key: &str) -> Option<KeyState> {
         let mut connection = self.0.clone();
-        let value: Option<String> = redis::cmd("GET")
+        let kind: String = redis::cmd("TYPE")
             .arg(key)
             .query_async(&mut connection)
             .await
             .unwrap();
+        let (value, fields) = match kind.as_str() {
+            "none" => return None,
+            "string" => {
+                let value: Option<String> = redis::cmd("GET")
+                    .arg(key)
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+                (value?, BTreeMap::new())
+            }
+            "hash" => {
+                let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
+                    .arg(key)
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+                if fields.is_empty() {
+                    // Expired since TYPE.
+                    return None;
+                }
+                (String::new(), fields)
+            }
+            other => panic!("{key} holds a {other}, which no store writes"),
+        };
         let ttl: i64 = redis::cmd("PTTL")
             .arg(key)
             .query_async(&mut connection)
             .await
             .unwrap();
         Some(KeyState {
-            value: value?,
+            value,
+            fields,
             ttl: u64::try_from(ttl).ok().map(Duration::from_millis),
         })
     }

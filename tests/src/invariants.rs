@@ -144,7 +144,7 @@ impl Report {
                 applied
                     .entry(reply.interval)
                     .or_default()
-                    .insert(record.member, record.request.amount);
+                    .insert(record.member, record.request.amount());
             }
         }
         applied
@@ -157,11 +157,13 @@ impl Report {
         for record in &self.records {
             let amount = *amounts
                 .entry(record.flush_id())
-                .or_insert(record.request.amount);
+                .or_insert(record.request.amount());
             assert_eq!(
-                amount, record.request.amount,
+                amount,
+                record.request.amount(),
                 "participant {} sent flush {} with two amounts",
-                record.member, record.request.seq
+                record.member,
+                record.request.seq
             );
         }
     }
@@ -227,7 +229,7 @@ impl Report {
                     .or_default()
                     .entry(record.member)
                     .or_default();
-                *most = (*most).max(record.request.amount);
+                *most = (*most).max(record.request.amount());
             }
         }
         let none = BTreeMap::new();
@@ -276,7 +278,7 @@ impl Report {
         for record in &self.records {
             let (_, may_be_in_one_read) = flushes
                 .entry(record.flush_id())
-                .or_insert((record.request.amount, false));
+                .or_insert((record.request.amount(), false));
             *may_be_in_one_read |= record.may_have_written()
                 && record.request.window().any(|n| highest.contains_key(&n));
         }
@@ -339,7 +341,7 @@ impl Report {
             let mut counted_by_replies: HashMap<u64, u64> = HashMap::new();
             for record in self.records.iter().filter(|r| r.member == member) {
                 if record.counted_at().is_some() {
-                    counted_by_replies.insert(record.request.seq, record.request.amount);
+                    counted_by_replies.insert(record.request.seq, record.request.amount());
                 }
             }
             let by_replies: u64 = counted_by_replies.values().sum();
@@ -408,7 +410,7 @@ impl Report {
                 previous
                     .entry(reply.interval)
                     .or_default()
-                    .insert(reply.previous_total);
+                    .insert(reply.previous_total());
             }
         }
         for (n, totals) in &previous {
@@ -450,7 +452,7 @@ impl Report {
         let given: BTreeSet<u64> = self
             .records
             .iter()
-            .filter_map(|r| r.reply().and_then(|reply| reply.previous_total))
+            .filter_map(|r| r.reply().and_then(|reply| reply.previous_total()))
             .collect();
         for total in shown {
             assert!(
@@ -649,6 +651,7 @@ mod tests {
                     &Event::FlushCompleted {
                         interval: 0,
                         amount,
+                        keys: 1,
                         count: amount,
                     },
                 );
@@ -684,6 +687,7 @@ mod tests {
             "c",
             &Event::FlushFailed {
                 error: &closed,
+                key: None,
                 dropped: 0,
                 unsettled: 4,
             },

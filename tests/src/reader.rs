@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use comcount_core::KeySpace;
 use redis::aio::MultiplexedConnection;
 
 /// Milliseconds since the epoch by this machine's clock, which the test servers share.
@@ -52,11 +53,11 @@ pub enum ReadFrom {
     Cluster(Vec<u16>),
 }
 
-/// Reads the keys `BASE:N` of the intervals around now, every third of an interval, until
+/// Reads the interval keys of `space` for the intervals around now, every third of an interval, until
 /// `stop`, then once more: the last closed intervals are final by then.
 pub async fn read_loop(
     from: ReadFrom,
-    base: String,
+    space: KeySpace,
     interval: Duration,
     reads: Reads,
     stop: Arc<AtomicBool>,
@@ -69,7 +70,7 @@ pub async fn read_loop(
     loop {
         let last = stop.load(Ordering::SeqCst);
         for &port in &ports {
-            read_round(port, cluster, &base, interval, &mut connections, &reads).await;
+            read_round(port, cluster, &space, interval, &mut connections, &reads).await;
         }
         if last {
             return;
@@ -81,7 +82,7 @@ pub async fn read_loop(
 async fn read_round(
     port: u16,
     cluster: bool,
-    base: &str,
+    space: &KeySpace,
     interval: Duration,
     connections: &mut HashMap<u16, MultiplexedConnection>,
     reads: &Reads,
@@ -116,7 +117,7 @@ async fn read_round(
         if cluster {
             pipe.cmd("ASKING").ignore();
         }
-        pipe.cmd("GET").arg(format!("{base}:{n}"));
+        pipe.cmd("GET").arg(space.interval(*n));
     }
     let values: Vec<redis::RedisResult<Option<u64>>> = match pipe.query_async(&mut connection).await
     {

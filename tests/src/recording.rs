@@ -114,7 +114,9 @@ impl FlushRecord {
             .map_or_else(|| "before".to_owned(), |d| format!("+{d:?}"));
         format!(
             "seq {} expect {} amount {} sent {sent}: {end}",
-            self.request.seq, self.request.expect, self.request.amount
+            self.request.seq,
+            self.request.expect,
+            self.request.amount()
         )
     }
 }

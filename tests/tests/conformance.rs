@@ -1,9 +1,11 @@
-//! Every store passes the same suite: MemoryStore, redis-rs and fred, standalone and cluster.
+//! Every store passes the same suite, a counter's and families': MemoryStore, redis-rs and
+//! fred, standalone and cluster; and a cluster spreads a family's partitions over its slots.
 
 use comcount_core::MemoryStore;
 use comcount_fred::FredStore;
 use comcount_redis_rs::RedisStore;
 use comcount_tests::conformance::check_store;
+use comcount_tests::conformance::family::check_partitions_spread;
 use comcount_tests::inspect::{MemoryInspector, RedisInspector};
 use comcount_tests::{connect, shared};
 
@@ -32,6 +34,20 @@ async fn redis_rs_cluster() {
     let cluster = shared::cluster();
     let store = RedisStore::new(connect::cluster(cluster).await);
     check_store(&store, &RedisInspector(connect::cluster(cluster).await)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_rs_cluster_spreads_a_familys_partitions() {
+    let cluster = shared::cluster();
+    let store = RedisStore::new(connect::cluster(cluster).await);
+    check_partitions_spread(&store, &connect::cluster(cluster).await, cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fred_cluster_spreads_a_familys_partitions() {
+    let cluster = shared::cluster();
+    let store = FredStore::new(connect::fred_cluster(cluster).await);
+    check_partitions_spread(&store, &connect::cluster(cluster).await, cluster).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::Recorder;
-use comcount_core::{Counter, Outcome, ParticipantId, Store};
+use comcount_core::{Counter, KeySpace, Outcome, ParticipantId, Store};
 use comcount_fred::FredStore;
 use comcount_redis_rs::RedisStore;
 use comcount_tests::inspect::{Inspector, RedisInspector};
@@ -78,8 +78,8 @@ impl Fleet {
         });
     }
 
-    fn key_base(&self) -> String {
-        format!("{}{{fleet}}", self.prefix)
+    fn space(&self) -> KeySpace {
+        KeySpace::counter(&self.prefix, "fleet")
     }
 }
 
@@ -95,7 +95,7 @@ struct Seen {
 
 async fn run<I: Inspector>(mut fleet: Fleet, inspector: I) {
     let interval = settings::interval();
-    let base = fleet.key_base();
+    let space = fleet.space();
     let all_counted = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
 
@@ -138,7 +138,7 @@ async fn run<I: Inspector>(mut fleet: Fleet, inspector: I) {
     };
     let reading = async {
         while !stop.load(Ordering::SeqCst) {
-            read_totals(&inspector, &base, &reads).await;
+            read_totals(&inspector, &space, &reads).await;
             sleep(interval / 3).await;
         }
     };
@@ -154,7 +154,7 @@ async fn run<I: Inspector>(mut fleet: Fleet, inspector: I) {
             .expect("a worker did not stop after close()")
             .unwrap();
     }
-    read_totals(&inspector, &base, &reads).await;
+    read_totals(&inspector, &space, &reads).await;
 
     let participants = fleet
         .participants
@@ -171,16 +171,18 @@ async fn run<I: Inspector>(mut fleet: Fleet, inspector: I) {
     check(&fleet, &report, &seen);
 }
 
-/// Reads every interval key under `base` into `reads`.
-async fn read_totals<I: Inspector>(inspector: &I, base: &str, reads: &Reads) {
-    let prefix = format!("{base}:");
+/// Reads every interval key of `space` into `reads`.
+async fn read_totals<I: Inspector>(inspector: &I, space: &KeySpace, reads: &Reads) {
+    let prefix = format!("{}:", space.base());
     // Taken before the keys are listed: a read counts as made after an interval closed only
     // if it was sent after.
     let at_ms = now_ms();
-    for key in inspector.keys(base).await {
+    for key in inspector.keys(space.base()).await {
+        // The interval keys among them, fences left out.
         let Some(n) = key
             .strip_prefix(&prefix)
             .and_then(|n| n.parse::<u64>().ok())
+            .filter(|n| space.interval(*n) == key)
         else {
             continue;
         };

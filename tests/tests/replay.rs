@@ -46,7 +46,10 @@ impl Store for FredDefaultAttempts {
         let client = self.0.clone();
         let sha = comcount_fred::fred::util::sha1_hash(comcount_core::script::SOURCE);
         let keys = request.keys().to_vec();
-        let args = comcount_core::script::arguments(request).to_vec();
+        let args: Vec<String> = comcount_core::script::arguments(request)
+            .into_iter()
+            .map(String::from)
+            .collect();
         async move {
             let value: Value = client
                 .evalsha(sha, keys, args)
@@ -63,7 +66,7 @@ impl Store for FredDefaultAttempts {
                     _ => comcount_core::script::Field::Nil,
                 })
                 .collect();
-            comcount_core::script::decode(&fields)
+            comcount_core::script::decode(request, &fields)
         }
     }
 }
@@ -137,10 +140,7 @@ async fn flush_into_a_kill<S: Store>(store: &S, requests: &Requests, port: u16) 
                 sleep(interval / 2).await;
                 continue;
             }
-            let resend = FlushRequest {
-                expect: probe.interval,
-                ..request.clone()
-            };
+            let resend = request.clone().with_expect(probe.interval);
             let reply = flush_after_kill(store, &resend).await;
             if reply.outcome != Outcome::WrongInterval {
                 again = Some(reply);
@@ -191,14 +191,14 @@ async fn assert_counted_once<I: Inspector>(replayed: &Replayed, inspector: &I, s
             .as_ref()
             .map(|r| r.outcome)
             .map_err(|e| e.kind()),
-        replayed.again.map(|r| r.outcome)
+        replayed.again.as_ref().map(|r| r.outcome)
     );
     assert_eq!(
         total,
         Some(replayed.amount),
         "{store}: the interval must hold the amount exactly once"
     );
-    if let Some(again) = replayed.again {
+    if let Some(again) = &replayed.again {
         assert!(
             matches!(again.outcome, Outcome::Duplicate | Outcome::Stale),
             "{store}: the copy sent again must be refused by the fence, got {again:?}"
