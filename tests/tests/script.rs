@@ -1,13 +1,16 @@
 //! The flush script itself, driven with plain EVAL on a real Redis: every outcome, the window of
 //! intervals a copy may land in, refusals that leave the server as it was, arguments out of
-//! range, and an overflowing amount that writes nothing.
+//! range, and an overflowing amount that writes nothing; for a counter's integer keys and for
+//! a family partition's hashes.
 //!
 //! `COMCOUNT_SCRIPT_SOURCE`, when set, names a file whose Lua runs instead of the script's own
 //! source: the script-mutant harness (`cargo run -p comcount-tests --example script_mutants`)
 //! uses it to check that each of its edits of the script fails some test here.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use comcount_core::diagnostics::{Recorder, Reporter};
 use comcount_core::script::{self, Field};
@@ -16,8 +19,11 @@ use comcount_core::{
 };
 use comcount_fred::FredStore;
 use comcount_redis_rs::RedisStore;
-use comcount_tests::conformance::{Requests, aim, assert_unchanged, check_store, expect, flush};
-use comcount_tests::inspect::{Inspector, RedisInspector};
+use comcount_tests::conformance::family::FamilyRequests;
+use comcount_tests::conformance::{
+    Requests, Slipped, aim, assert_unchanged, check_store, expect, flush,
+};
+use comcount_tests::inspect::{Inspector, RedisInspector, Snapshot};
 use comcount_tests::{connect, settings, shared};
 use redis::Value;
 use redis::aio::MultiplexedConnection;
@@ -56,16 +62,17 @@ impl Store for Eval {
                 .query_async(&mut connection)
                 .await
                 .map_err(StoreError::refused)?;
-            decode(&value)
+            decode(request, &value)
         }
     }
 }
 
-fn decode(value: &Value) -> Result<FlushReply, StoreError> {
+/// The fields of the script's reply.
+fn fields(value: &Value) -> Vec<Field<'_>> {
     let Value::Array(items) = value else {
-        return Err(StoreError::malformed(format!("{value:?}")));
+        panic!("the script returned {value:?}");
     };
-    let fields: Vec<Field<'_>> = items
+    items
         .iter()
         .map(|item| match item {
             Value::Int(n) => Field::Int(*n),
@@ -73,8 +80,11 @@ fn decode(value: &Value) -> Result<FlushReply, StoreError> {
             Value::Nil => Field::Nil,
             other => panic!("the script returned {other:?}"),
         })
-        .collect();
-    script::decode(&fields)
+        .collect()
+}
+
+fn decode(request: &FlushRequest, value: &Value) -> Result<FlushReply, StoreError> {
+    script::decode(request, &fields(value))
 }
 
 async fn eval_store() -> (Eval, RedisInspector<MultiplexedConnection>) {
@@ -96,7 +106,7 @@ async fn an_overflowing_total_is_an_error_and_writes_nothing() {
     let (store, inspector) = eval_store().await;
     let mut connection = connect::multiplexed(&shared::standalone_url()).await;
     let requests = Requests::fresh(settings::interval());
-    let base = &*requests.key_base;
+    let base = requests.base();
     for _ in 0..5 {
         let n = aim(&store, &requests, 0).await.unwrap();
         let key = requests.interval_key(n);
@@ -147,14 +157,14 @@ async fn a_fence_that_is_not_a_fence_is_an_error_and_writes_nothing() {
         .unwrap();
     for _ in 0..5 {
         let n = aim(&store, &requests, 0).await.unwrap();
-        let before = inspector.snapshot(&requests.key_base).await;
+        let before = inspector.snapshot(requests.base()).await;
         let result = store
             .flush(&requests.flush(participant, 1, 2, n), &reporter())
             .await;
         match result {
             Err(error) => {
                 assert!(error.to_string().contains("is not a fence"), "{error}");
-                let after = inspector.snapshot(&requests.key_base).await;
+                let after = inspector.snapshot(requests.base()).await;
                 assert_unchanged(&before, &after, "a flush against a broken fence");
                 return;
             }
@@ -166,6 +176,14 @@ async fn a_fence_that_is_not_a_fence_is_an_error_and_writes_nothing() {
         }
     }
     panic!("never managed to flush into the interval it aimed at");
+}
+
+/// The script's arguments for `request`, as strings to spoil.
+fn arguments(request: &FlushRequest) -> Vec<String> {
+    script::arguments(request)
+        .into_iter()
+        .map(String::from)
+        .collect()
 }
 
 /// Runs the script with raw keys and arguments, as a client that builds them wrong would.
@@ -185,7 +203,7 @@ async fn eval_raw(keys: &[String], args: &[String]) -> redis::RedisResult<Value>
 async fn in_an_interval<F, Fut>(store: &Eval, steps: F)
 where
     F: Fn(Requests, u64) -> Fut,
-    Fut: Future<Output = Result<(), comcount_tests::conformance::Slipped>>,
+    Fut: Future<Output = Result<(), Slipped>>,
 {
     for _ in 0..5 {
         let requests = Requests::fresh(settings::interval());
@@ -209,7 +227,7 @@ async fn a_copy_landing_one_interval_late_is_applied() {
         expect(&reply, Outcome::Applied, n)?;
         assert_eq!(reply.counted_in, Some(n));
         assert_eq!(
-            inspector.keys(&requests.key_base).await,
+            inspector.keys(requests.base()).await,
             [requests.interval_key(n), requests.fence_key(participant)]
         );
         let total = inspector.key(&requests.interval_key(n)).await.unwrap();
@@ -229,7 +247,7 @@ async fn a_copy_landing_one_interval_early_is_applied() {
         expect(&reply, Outcome::Applied, n)?;
         assert_eq!(reply.counted_in, Some(n));
         assert_eq!(
-            inspector.keys(&requests.key_base).await,
+            inspector.keys(requests.base()).await,
             [requests.interval_key(n), requests.fence_key(participant)]
         );
         let fence = inspector
@@ -252,8 +270,8 @@ async fn two_intervals_off_is_a_wrong_interval_and_writes_nothing() {
             let reply = flush(store, &requests.flush(participant, 1, 3, off)).await;
             expect(&reply, Outcome::WrongInterval, n)?;
             assert_eq!(reply.counted_in, None);
-            assert_eq!(reply.previous_total, None);
-            assert!(inspector.snapshot(&requests.key_base).await.is_empty());
+            assert!(reply.previous_totals.is_empty(), "{reply:?}");
+            assert!(inspector.snapshot(requests.base()).await.is_empty());
         }
         Ok(())
     })
@@ -282,7 +300,7 @@ async fn a_duplicate_reports_the_interval_the_flush_was_applied_in() {
         if m != n + 1 {
             continue;
         }
-        let before = inspector.snapshot(&requests.key_base).await;
+        let before = inspector.snapshot(requests.base()).await;
         let reply = flush(&store, &request).await;
         if expect(&reply, Outcome::Duplicate, m).is_err() {
             continue;
@@ -290,7 +308,7 @@ async fn a_duplicate_reports_the_interval_the_flush_was_applied_in() {
         assert_eq!(reply.counted_in, Some(n), "{reply:?}");
         assert_unchanged(
             &before,
-            &inspector.snapshot(&requests.key_base).await,
+            &inspector.snapshot(requests.base()).await,
             "a duplicate",
         );
         return;
@@ -309,7 +327,9 @@ async fn each_bad_argument_is_an_err_reply_and_writes_nothing() {
     assert!(applied.outcome.is_counted(), "{applied:?}");
     let request = requests.flush(participant, 2, 5, n);
     let keys = request.keys();
-    let good = script::arguments(&request);
+    let good = arguments(&request);
+    // Places in `arguments`: 0 seq, 1 interval, 2 expect, 3 fence life, 4 layout, 5 key,
+    // 6 amount.
     let bad: &[(usize, &str)] = &[
         (0, "-1"),
         (0, "0"),
@@ -322,30 +342,37 @@ async fn each_bad_argument_is_an_err_reply_and_writes_nothing() {
         (0, "0x10"),
         (0, "9007199254740992"),
         (0, "99999999999999999999999999999999"),
-        (1, "-5"),
-        (1, "5.0"),
-        (1, "five"),
-        (1, "9223372036854775808"),
-        (1, "18446744073709551616"),
-        (2, "0"),
-        (2, "-300"),
-        (2, "300.5"),
-        (2, "inf"),
-        (2, "3002399751580331"),
+        (1, "0"),
+        (1, "-300"),
+        (1, "300.5"),
+        (1, "inf"),
+        (1, "3002399751580331"),
+        (2, "-1"),
+        (2, "nan"),
+        (2, "1.0"),
+        (2, "9007199254740992"),
+        (3, "0"),
         (3, "-1"),
-        (3, "nan"),
-        (3, "1.0"),
+        (3, "600000.5"),
         (3, "9007199254740992"),
-        (4, "0"),
-        (4, "-1"),
-        (4, "600000.5"),
-        (4, "9007199254740992"),
+        (4, "x"),
+        (4, ""),
+        (4, "C"),
+        (4, "cf"),
+        (5, "a"),
+        (6, "-5"),
+        (6, "5.0"),
+        (6, "five"),
+        (6, ""),
+        (6, "05"),
+        (6, "9223372036854775808"),
+        (6, "18446744073709551616"),
     ];
     for &(index, value) in bad {
         let mut args = good.clone();
         args[index] = value.to_owned();
         let what = format!("ARGV[{}] = {value:?}", index + 1);
-        let before = inspector.snapshot(&requests.key_base).await;
+        let before = inspector.snapshot(requests.base()).await;
         let error = eval_raw(&keys, &args)
             .await
             .expect_err(&format!("{what} was accepted"));
@@ -358,11 +385,7 @@ async fn each_bad_argument_is_an_err_reply_and_writes_nothing() {
             error.to_string().contains(&format!("ARGV[{}]", index + 1)),
             "{what}: {error}"
         );
-        assert_unchanged(
-            &before,
-            &inspector.snapshot(&requests.key_base).await,
-            &what,
-        );
+        assert_unchanged(&before, &inspector.snapshot(requests.base()).await, &what);
     }
     // The old script's three keys are refused the same way.
     let error = eval_raw(&keys[2..], &good).await.unwrap_err();
@@ -370,18 +393,24 @@ async fn each_bad_argument_is_an_err_reply_and_writes_nothing() {
     // And the largest arguments in range are accepted.
     let largest = [
         "9007199254740991",
-        "0",
         "3002399751580330",
         "9007199254740991",
         "9007199254740991",
+        "c",
+        "",
+        "9223372036854775807",
     ]
     .map(String::from);
     let value = eval_raw(&keys, &largest).await.unwrap();
-    assert_eq!(decode(&value).unwrap().outcome, Outcome::WrongInterval);
+    let far = request.clone().with_expect(FlushRequest::MAX_EXPECT);
+    assert_eq!(
+        decode(&far, &value).unwrap().outcome,
+        Outcome::WrongInterval
+    );
 }
 
-/// Too few or too many keys or arguments: an error reply that says what the script expects,
-/// and nothing written.
+/// Too few or too many keys, or arguments that are not five and then pairs: an error reply
+/// that says what the script expects, and nothing written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_count_of_keys_or_arguments_is_refused_and_writes_nothing() {
     let (store, inspector) = eval_store().await;
@@ -389,28 +418,30 @@ async fn a_wrong_count_of_keys_or_arguments_is_refused_and_writes_nothing() {
     let n = aim(&store, &requests, 0).await.unwrap();
     let request = requests.flush(ParticipantId::random(), 1, 5, n);
     let keys = request.keys().to_vec();
-    let args = script::arguments(&request).to_vec();
+    let args = arguments(&request);
     let more_keys = [keys.clone(), vec![keys[4].clone()]].concat();
     let more_args = [args.clone(), vec!["1".to_owned()]].concat();
-    let cases: [(&str, &[String], &[String]); 4] = [
-        ("three keys", &keys[2..], &args),
-        ("six keys", &more_keys, &args),
-        ("four arguments", &keys, &args[..4]),
-        ("six arguments", &keys, &more_args),
+    let cases: [(&str, &[String], &[String], &str); 6] = [
+        ("three keys", &keys[2..], &args, "expected 5 keys, got 3"),
+        ("six keys", &more_keys, &args, "expected 5 keys, got 6"),
+        ("no pair", &keys, &args[..5], "got 5 arguments"),
+        ("half a pair", &keys, &args[..6], "got 6 arguments"),
+        (
+            "the old script's five",
+            &keys,
+            &args[..5],
+            "got 5 arguments",
+        ),
+        ("a pair and a half", &keys, &more_args, "got 8 arguments"),
     ];
-    for (what, keys, args) in cases {
-        let before = inspector.snapshot(&requests.key_base).await;
+    for (what, keys, args, says) in cases {
+        let before = inspector.snapshot(requests.base()).await;
         let error = eval_raw(keys, args)
             .await
             .expect_err(&format!("{what} were accepted"));
         assert_eq!(error.code(), Some("ERR"), "{what}: {error}");
-        assert!(
-            error
-                .to_string()
-                .contains("expected 5 keys and 5 arguments"),
-            "{what}: {error}"
-        );
-        assert_unchanged(&before, &inspector.snapshot(&requests.key_base).await, what);
+        assert!(error.to_string().contains(says), "{what}: {error}");
+        assert_unchanged(&before, &inspector.snapshot(requests.base()).await, what);
     }
 }
 
@@ -461,7 +492,7 @@ async fn both_stores_report_a_script_refusal_as_refused() {
         .await
         .unwrap();
     let n = aim(&redis_rs, &requests, 0).await.unwrap();
-    let before = inspector.snapshot(&requests.key_base).await;
+    let before = inspector.snapshot(requests.base()).await;
     let out_of_range = requests.flush(ParticipantId::random(), 1 << 53, 1, n);
     // The broken fence is only read in the window: aim at the interval found, and accept a
     // wrong interval should the clock move on in between.
@@ -478,11 +509,455 @@ async fn both_stores_report_a_script_refusal_as_refused() {
                 }
                 Ok(reply) => assert_eq!(reply.outcome, Outcome::WrongInterval, "{name}"),
             }
-            assert_unchanged(&before, &inspector.snapshot(&requests.key_base).await, name);
+            assert_unchanged(&before, &inspector.snapshot(requests.base()).await, name);
         }
     }
 }
 
 fn reporter() -> Reporter {
     Reporter::new("script", Arc::new(Recorder::new()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Families: layout f, one hash per interval and partition.
+
+/// Every key under `base`, by name, as DUMP serializes it: a byte-exact record of what the
+/// server holds.
+async fn dump(base: &str) -> BTreeMap<String, Vec<u8>> {
+    let mut connection = connect::multiplexed(&shared::standalone_url()).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{base}*"))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let mut dumped = BTreeMap::new();
+    for key in keys {
+        let bytes: Option<Vec<u8>> = redis::cmd("DUMP")
+            .arg(&key)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        if let Some(bytes) = bytes {
+            dumped.insert(key, bytes);
+        }
+    }
+    dumped
+}
+
+/// Asserts that nothing under `base` changed since `before` and `dumped`: the same keys,
+/// serialized alike, fields alike, no expiry pushed back.
+async fn assert_untouched(
+    inspector: &RedisInspector<MultiplexedConnection>,
+    base: &str,
+    before: &Snapshot,
+    dumped: &BTreeMap<String, Vec<u8>>,
+    what: &str,
+) {
+    assert_unchanged(before, &inspector.snapshot(base).await, what);
+    assert!(dump(base).await == *dumped, "{what} changed a key's bytes");
+}
+
+/// A hash's fields, as `(field, total)` pairs.
+fn hash(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// Runs `steps` on a fresh one-partition family in a fresh interval `n`, starting over when a
+/// step slips over an interval boundary.
+async fn in_a_family_interval<F, Fut>(store: &Eval, steps: F)
+where
+    F: Fn(FamilyRequests, u64) -> Fut,
+    Fut: Future<Output = Result<(), Slipped>>,
+{
+    for _ in 0..5 {
+        let interval = settings::interval();
+        let Ok(n) = aim(store, &Requests::fresh(interval), 0).await else {
+            continue;
+        };
+        if steps(FamilyRequests::fresh(interval, 1), n).await.is_ok() {
+            return;
+        }
+    }
+    panic!("every attempt slipped over an interval boundary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_adds_each_amount_to_its_field_and_brings_back_each_total() {
+    let (store, inspector) = eval_store().await;
+    let (store, inspector) = (&store, &inspector);
+    in_a_family_interval(store, |family, n| async move {
+        let space = family.space(0);
+        let (one, two) = (ParticipantId::random(), ParticipantId::random());
+        let lives = Duration::from_millis(3 * family.interval_ms);
+        let written = Instant::now();
+        let first = family.flush(0, one, 1, &[("a", 2), ("b", 3), ("c", 0)], n);
+        let reply = flush(store, &first).await;
+        expect(&reply, Outcome::Applied, n)?;
+        assert_eq!(reply.counted_in, Some(n));
+        assert_eq!(reply.previous_totals, [None, None, None]);
+        // An amount of 0 on a key the hash holds leaves it; on a new key it makes a total of 0.
+        let second = family.flush(0, two, 1, &[("b", 4), ("d", 0), ("a", 0)], n + 1);
+        expect(&flush(store, &second).await, Outcome::Applied, n)?;
+        let mut keys = vec![space.interval(n), space.fence(one), space.fence(two)];
+        keys.sort();
+        assert_eq!(inspector.keys(space.base()).await, keys);
+        let state = inspector.key(&space.interval(n)).await.unwrap();
+        assert_eq!(
+            state.fields,
+            hash(&[("a", "2"), ("b", "7"), ("c", "0"), ("d", "0")])
+        );
+        let ttl = state.ttl.expect("the hash expires");
+        assert!(ttl <= lives && ttl + written.elapsed() + Duration::from_millis(1) > lives);
+        let fence = inspector.key(&space.fence(two)).await.unwrap();
+        assert_eq!(fence.value, format!("1:{n}"));
+
+        // Interval n+1: each entry brings back its key's total of n, in the entries' order.
+        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
+        if m != n + 1 {
+            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
+        }
+        let third = family.flush(0, one, 2, &[("d", 1), ("z", 1), ("b", 0), ("a", 5)], n);
+        let reply = flush(store, &third).await;
+        expect(&reply, Outcome::Applied, m)?;
+        assert_eq!(reply.previous_totals, [Some(0), None, Some(7), Some(2)]);
+        let state = inspector.key(&space.interval(m)).await.unwrap();
+        assert_eq!(
+            state.fields,
+            hash(&[("a", "5"), ("b", "0"), ("d", "1"), ("z", "1")])
+        );
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_stale_and_fenced_on_a_partition_fence() {
+    let (store, inspector) = eval_store().await;
+    let (store, inspector) = (&store, &inspector);
+    in_a_family_interval(store, |family, n| async move {
+        let base = family.space(0).base().to_owned();
+        let one = ParticipantId::random();
+        let batch = family.flush(0, one, 1, &[("a", 2), ("b", 3)], n);
+        expect(&flush(store, &batch).await, Outcome::Applied, n)?;
+        let before = inspector.snapshot(&base).await;
+        let dumped = dump(&base).await;
+        let reply = flush(store, &batch).await;
+        expect(&reply, Outcome::Duplicate, n)?;
+        assert_eq!(reply.counted_in, Some(n));
+        assert_eq!(reply.previous_totals, [None, None]);
+        let fenced = family.flush(0, one, 2, &[("a", 1)], n);
+        let reply = flush(store, &fenced).await;
+        expect(&reply, Outcome::Fenced, n)?;
+        assert_eq!(reply.counted_in, None);
+        assert_eq!(reply.previous_totals, [None]);
+        assert_untouched(inspector, &base, &before, &dumped, "a refused batch").await;
+
+        // Interval n+1: a later flush is applied; the first one again is stale, a copy of the
+        // later one a duplicate, each with interval n's totals.
+        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
+        if m != n + 1 {
+            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
+        }
+        let later = family.flush(0, one, 3, &[("b", 1), ("c", 1)], m);
+        expect(&flush(store, &later).await, Outcome::Applied, m)?;
+        let before = inspector.snapshot(&base).await;
+        let dumped = dump(&base).await;
+        let reply = flush(store, &batch).await;
+        expect(&reply, Outcome::Stale, m)?;
+        assert_eq!(reply.counted_in, None);
+        assert_eq!(reply.previous_totals, [Some(2), Some(3)]);
+        let reply = flush(store, &later).await;
+        expect(&reply, Outcome::Duplicate, m)?;
+        assert_eq!(reply.counted_in, Some(m));
+        assert_eq!(reply.previous_totals, [Some(3), None]);
+        assert_untouched(inspector, &base, &before, &dumped, "a refused batch").await;
+        Ok(())
+    })
+    .await;
+}
+
+const MAX: &str = "9223372036854775807";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_total_that_would_overflow_refuses_the_whole_batch_and_writes_nothing() {
+    let (store, inspector) = eval_store().await;
+    let (store, inspector) = (&store, &inspector);
+    in_a_family_interval(store, |family, n| async move {
+        let space = family.space(0);
+        let key = space.interval(n);
+        let mut connection = connect::multiplexed(&shared::standalone_url()).await;
+        let _: () = redis::pipe()
+            .cmd("HSET")
+            .arg(&key)
+            .arg(&[
+                ("a", "9223372036854775806"),
+                ("b", "5"),
+                ("big", "9223372036854775000"),
+            ])
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(&key)
+            .arg(60_000)
+            .ignore()
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let before = inspector.snapshot(space.base()).await;
+        let dumped = dump(space.base()).await;
+        let max = FlushRequest::MAX_AMOUNT;
+        let refused: [(&str, &[(&str, u64)]); 5] = [
+            (
+                "a long total, a short amount",
+                &[("b", 1), ("c", 1), ("a", 2)],
+            ),
+            ("two long ones", &[("a", 0), ("big", 808)]),
+            (
+                "a short total, a long amount",
+                &[("c", max), ("b", max - 4)],
+            ),
+            ("the largest amount on a total of 5", &[("b", max)]),
+            (
+                "the first key of many",
+                &[("a", 2), ("b", 1), ("c", 1), ("d", 1)],
+            ),
+        ];
+        for (what, entries) in refused {
+            let participant = ParticipantId::random();
+            let request = family.flush(0, participant, 1, entries, n);
+            match store.flush(&request, &reporter()).await {
+                Err(error) => {
+                    assert!(
+                        error.to_string().contains("would overflow"),
+                        "{what}: {error}"
+                    );
+                    assert!(error.to_string().contains("comcount: "), "{what}: {error}");
+                }
+                Ok(reply) => {
+                    expect(&reply, Outcome::Applied, n)?;
+                    panic!("{what} was applied: {reply:?}");
+                }
+            }
+            assert_untouched(inspector, space.base(), &before, &dumped, what).await;
+            assert!(inspector.key(&space.fence(participant)).await.is_none());
+        }
+        // Up to the largest total exactly is fine, in either branch of the sum.
+        let exact = family.flush(
+            0,
+            ParticipantId::random(),
+            1,
+            &[("big", 807), ("a", 1), ("b", max - 5), ("new", max)],
+            n,
+        );
+        expect(&flush(store, &exact).await, Outcome::Applied, n)?;
+        let state = inspector.key(&key).await.unwrap();
+        assert_eq!(
+            state.fields,
+            hash(&[("a", MAX), ("b", MAX), ("big", MAX), ("new", MAX)])
+        );
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_that_holds_no_total_refuses_the_batch_and_writes_nothing() {
+    let (store, inspector) = eval_store().await;
+    let (store, inspector) = (&store, &inspector);
+    for garbage in ["abc", "-5", "012", "1e3", ""] {
+        in_a_family_interval(store, |family, n| async move {
+            let space = family.space(0);
+            let mut connection = connect::multiplexed(&shared::standalone_url()).await;
+            let _: () = redis::cmd("HSET")
+                .arg(space.interval(n))
+                .arg(&[("ok", "1"), ("x", garbage)])
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            let before = inspector.snapshot(space.base()).await;
+            let dumped = dump(space.base()).await;
+            for entries in [&[("ok", 1), ("x", 1)][..], &[("ok", 1), ("x", 0)]] {
+                let request = family.flush(0, ParticipantId::random(), 1, entries, n);
+                match store.flush(&request, &reporter()).await {
+                    Err(error) => {
+                        assert!(error.to_string().contains("not a total"), "{error}")
+                    }
+                    Ok(reply) => {
+                        expect(&reply, Outcome::Applied, n)?;
+                        panic!("a batch on {garbage:?} was applied: {reply:?}");
+                    }
+                }
+                assert_untouched(inspector, space.base(), &before, &dumped, garbage).await;
+            }
+            Ok(())
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_bad_family_argument_is_an_err_reply_and_writes_nothing() {
+    let (store, inspector) = eval_store().await;
+    let interval = settings::interval();
+    let family = FamilyRequests::fresh(interval, 1);
+    let base = family.space(0).base().to_owned();
+    let participant = ParticipantId::random();
+    // Some state to leave alone: an applied batch, its hash and fence.
+    let n = aim(&store, &Requests::fresh(interval), 0).await.unwrap();
+    let applied = flush(&store, &family.flush(0, participant, 1, &[("a", 5)], n)).await;
+    assert!(applied.outcome.is_counted(), "{applied:?}");
+    let request = family.flush(0, participant, 2, &[("a", 5), ("b", 1)], n);
+    let keys = request.keys();
+    let good = arguments(&request);
+    let many: Vec<String> = (0..=FlushRequest::MAX_ENTRIES)
+        .flat_map(|i| [format!("k{i}"), "1".to_owned()])
+        .collect();
+    let with = |changes: &[(usize, &str)]| {
+        let mut args = good.clone();
+        for &(index, value) in changes {
+            args[index] = value.to_owned();
+        }
+        args
+    };
+    let cases: Vec<(&str, Vec<String>, &str)> = vec![
+        ("layout x", with(&[(4, "x")]), "ARGV[5] (layout)"),
+        ("layout empty", with(&[(4, "")]), "ARGV[5] (layout)"),
+        ("layout F", with(&[(4, "F")]), "ARGV[5] (layout)"),
+        ("an odd pair count", good[..8].to_vec(), "got 8 arguments"),
+        (
+            "one entry too many",
+            [good[..5].to_vec(), many].concat(),
+            "1..=1000 entries, got 1001",
+        ),
+        ("an empty key", with(&[(7, "")]), "ARGV[8] (key)"),
+        (
+            "a key over the longest",
+            with(&[(5, &"k".repeat(FlushRequest::MAX_KEY_LEN + 1))]),
+            "ARGV[6] (key)",
+        ),
+        (
+            "a counter's entry with a key",
+            with(&[(4, "c")])[..7].to_vec(),
+            "ARGV[6] (key)",
+        ),
+        (
+            "a counter with two entries",
+            with(&[(4, "c"), (5, ""), (7, "")]),
+            "layout c takes one entry, got 2",
+        ),
+        ("a key twice", with(&[(7, "a")]), "comes twice"),
+        ("a negative amount", with(&[(8, "-1")]), "ARGV[9] (amount)"),
+        ("a leading zero", with(&[(8, "01")]), "ARGV[9] (amount)"),
+        ("an empty amount", with(&[(6, "")]), "ARGV[7] (amount)"),
+        (
+            "an amount over i64::MAX",
+            with(&[(8, "9223372036854775808")]),
+            "ARGV[9] (amount)",
+        ),
+    ];
+    for (what, args, says) in cases {
+        let before = inspector.snapshot(&base).await;
+        let dumped = dump(&base).await;
+        let error = eval_raw(&keys, &args)
+            .await
+            .expect_err(&format!("{what} was accepted"));
+        assert_eq!(error.code(), Some("ERR"), "{what}: {error}");
+        assert!(
+            error.detail().is_some_and(|d| d.starts_with("comcount: ")),
+            "{what}: {error}"
+        );
+        assert!(error.to_string().contains(says), "{what}: {error}");
+        assert_untouched(&inspector, &base, &before, &dumped, what).await;
+    }
+    // The largest batch in range is accepted: the most entries, the longest keys, the largest
+    // amounts (here far from the server's interval, so that nothing is written).
+    let longest: Vec<String> = (0..FlushRequest::MAX_ENTRIES)
+        .map(|i| format!("{i:0>width$}", width = FlushRequest::MAX_KEY_LEN))
+        .collect();
+    let entries: Vec<(&str, u64)> = longest
+        .iter()
+        .map(|k| (k.as_str(), FlushRequest::MAX_AMOUNT))
+        .collect();
+    let far = family.flush(0, participant, 3, &entries, FlushRequest::MAX_EXPECT);
+    let value = eval_raw(&far.keys(), &arguments(&far)).await.unwrap();
+    assert_eq!(
+        decode(&far, &value).unwrap().outcome,
+        Outcome::WrongInterval
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_interval_brings_back_no_totals_and_writes_nothing() {
+    let (store, inspector) = eval_store().await;
+    let (store, inspector) = (&store, &inspector);
+    in_a_family_interval(store, |family, n| async move {
+        let base = family.space(0).base().to_owned();
+        for off in [n - 2, n + 2] {
+            let request = family.flush(0, ParticipantId::random(), 1, &[("a", 1), ("b", 2)], off);
+            let value = eval_raw(&request.keys(), &arguments(&request))
+                .await
+                .unwrap();
+            let fields = fields(&value);
+            assert_eq!(fields.len(), 4, "{fields:?}");
+            let reply = decode(&request, &value).unwrap();
+            expect(&reply, Outcome::WrongInterval, n)?;
+            assert!(inspector.snapshot(&base).await.is_empty());
+        }
+        Ok(())
+    })
+    .await;
+}
+
+/// In interval 0 (the largest interval puts the server's clock there) there is no interval
+/// before: no totals, whatever the keys of the window hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_interval_brings_back_no_totals() {
+    let (store, _) = eval_store().await;
+    let mut connection = connect::multiplexed(&shared::standalone_url()).await;
+    let mut family = FamilyRequests::fresh(settings::interval(), 1);
+    family.interval_ms = FlushRequest::MAX_INTERVAL_MS;
+    let mut counter = Requests::fresh(settings::interval());
+    counter.interval_ms = FlushRequest::MAX_INTERVAL_MS;
+    let batch = |participant| family.flush(0, participant, 1, &[("a", 1), ("b", 2)], 0);
+    for request in [
+        batch(ParticipantId::random()),
+        batch(ParticipantId::random()),
+    ] {
+        let reply = flush(&store, &request).await;
+        assert_eq!(reply.outcome, Outcome::Applied, "{reply:?}");
+        assert_eq!(reply.interval, 0);
+        assert_eq!(reply.previous_totals, [None, None]);
+    }
+    for participant in [ParticipantId::random(), ParticipantId::random()] {
+        let reply = flush(&store, &counter.flush(participant, 1, 3, 0)).await;
+        assert_eq!(reply.outcome, Outcome::Applied, "{reply:?}");
+        assert_eq!(reply.previous_totals, [None]);
+    }
+    let totals: BTreeMap<String, String> = redis::cmd("HGETALL")
+        .arg(family.space(0).interval(0))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(totals, hash(&[("a", "2"), ("b", "4")]));
+    let total: String = redis::cmd("GET")
+        .arg(counter.interval_key(0))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(total, "6");
+    // These keys would live for centuries.
+    for base in [family.space(0).base(), counter.base()] {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{base}*"))
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("DEL")
+            .arg(&keys)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+    }
 }
