@@ -29,31 +29,34 @@ const fn m(name: &'static str, from: &'static str, to: &'static str) -> Mutant {
     Mutant { name, from, to }
 }
 
-const FENCE_CHECK: &str =
-    "  if seq == fenced_seq then\n    return {1, n, phase, previous, fenced_n}\n  end\n";
-const APPLY: &str = "redis.call('INCRBY', KEYS[slot], ARGV[2])\n";
+const FENCE_CHECK: &str = "  if seq == fenced_seq then\n    return answer(1, fenced_n)\n  end\n";
+const SET_FENCE: &str =
+    "redis.call('SET', KEYS[5], ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])\n";
+const WRITES: &str = "\nif family then\n  -- Every new total";
 
 const MUTANTS: &[Mutant] = &[
-    // The argument checks.
+    // The key and argument counts.
+    m("no key count check", "if #KEYS ~= 5 then", "if false then"),
     m(
-        "no key or argument count check",
-        "if #KEYS ~= 5 or #ARGV ~= 5 then",
+        "no argument count check",
+        "if #ARGV < 7 or #ARGV % 2 == 0 then",
         "if false then",
     ),
     m(
-        "no argument count check",
-        "if #KEYS ~= 5 or #ARGV ~= 5 then",
-        "if #KEYS ~= 5 then",
+        "argument count: half a pair accepted",
+        "if #ARGV < 7 or #ARGV % 2 == 0 then",
+        "if #ARGV < 7 then",
     ),
     m(
-        "no key count check",
-        "if #KEYS ~= 5 or #ARGV ~= 5 then",
-        "if #ARGV ~= 5 then",
+        "argument count: no pair accepted",
+        "if #ARGV < 7 or",
+        "if #ARGV < 5 or",
     ),
+    // The numeric arguments.
     m(
         "no argument checks",
-        "if bad then\n  return bad",
-        "if false then\n  return bad",
+        "if bad then\n  return bad\nend\n\nlocal layout",
+        "if false then\n  return bad\nend\n\nlocal layout",
     ),
     m(
         "no sequence number check",
@@ -61,23 +64,18 @@ const MUTANTS: &[Mutant] = &[
         "local bad = ",
     ),
     m(
-        "no amount check",
-        "  or check(2, 'amount', '0', '9223372036854775807')\n",
-        "",
-    ),
-    m(
         "no interval check",
-        "  or check(3, 'interval ms', '1', '3002399751580330')\n",
+        "  or check(2, 'interval ms', '1', '3002399751580330')\n",
         "",
     ),
     m(
         "no expected interval check",
-        "  or check(4, 'expected interval', '0', '9007199254740991')\n",
+        "  or check(3, 'expected interval', '0', '9007199254740991')\n",
         "",
     ),
     m(
         "no fence life check",
-        "  or check(5, 'fence life ms', '1', '9007199254740991')\n",
+        "  or check(4, 'fence life ms', '1', '9007199254740991')\n",
         "",
     ),
     m(
@@ -91,19 +89,14 @@ const MUTANTS: &[Mutant] = &[
         "check(1, 'sequence number', '1', '9007199254740992')",
     ),
     m(
-        "amount may reach 2^63",
-        "'9223372036854775807'",
-        "'9223372036854775808'",
-    ),
-    m(
         "interval may be 0",
-        "check(3, 'interval ms', '1',",
-        "check(3, 'interval ms', '0',",
+        "check(2, 'interval ms', '1',",
+        "check(2, 'interval ms', '0',",
     ),
     m(
         "fence life may be 0",
-        "check(5, 'fence life ms', '1',",
-        "check(5, 'fence life ms', '0',",
+        "check(4, 'fence life ms', '1',",
+        "check(4, 'fence life ms', '0',",
     ),
     m(
         "leading zeros accepted",
@@ -119,6 +112,92 @@ const MUTANTS: &[Mutant] = &[
         "longer digit strings taken as smaller",
         "    return #a > #b",
         "    return #a < #b",
+    ),
+    m(
+        "equal digit strings taken as greater",
+        "  end\n  return false\nend",
+        "  end\n  return true\nend",
+    ),
+    // The layout and the entries.
+    m(
+        "any layout but c is a family",
+        "local family = layout == 'f'",
+        "local family = layout ~= 'c'",
+    ),
+    m(
+        "layout c takes several entries",
+        "if count ~= 1 then",
+        "if count < 1 then",
+    ),
+    m(
+        "a counter's key may be any",
+        "min_key, max_key = 0, 0",
+        "min_key, max_key = 0, MAX_KEY_LEN",
+    ),
+    m(
+        "a family key may be empty",
+        "min_key, max_key = 1, MAX_KEY_LEN",
+        "min_key, max_key = 0, MAX_KEY_LEN",
+    ),
+    m(
+        "a family key may be 257 bytes",
+        "local MAX_KEY_LEN = 256",
+        "local MAX_KEY_LEN = 257",
+    ),
+    m(
+        "a family key may be 255 bytes at most",
+        "local MAX_KEY_LEN = 256",
+        "local MAX_KEY_LEN = 255",
+    ),
+    m(
+        "1001 entries accepted",
+        "local MAX_ENTRIES = 1000",
+        "local MAX_ENTRIES = 1001",
+    ),
+    m(
+        "999 entries at most",
+        "local MAX_ENTRIES = 1000",
+        "local MAX_ENTRIES = 999",
+    ),
+    m(
+        "no entry limit",
+        "if count > MAX_ENTRIES then",
+        "if false then",
+    ),
+    m(
+        "no key length check",
+        "if #key < min_key or #key > max_key then",
+        "if false then",
+    ),
+    m(
+        "no check for a key twice",
+        "  if seen[key] then",
+        "  if false then",
+    ),
+    m(
+        "no amount check",
+        "  if not (#amount < 19",
+        "  if false and not (#amount < 19",
+    ),
+    m(
+        "amounts of 19 digits skip the full check",
+        "#amount < 19 and",
+        "#amount < 20 and",
+    ),
+    m(
+        "amounts with a leading zero accepted",
+        "(amount == '0' or string.match(amount, '^[1-9]%d*$'))",
+        "(amount == '0' or string.match(amount, '^%d+$'))",
+    ),
+    m(
+        "an amount's error names the key's place",
+        "check(5 + 2 * j,",
+        "check(4 + 2 * j,",
+    ),
+    m(
+        "amount may reach 2^63",
+        "local MAX_TOTAL = '9223372036854775807'",
+        "local MAX_TOTAL = '9223372036854775808'",
     ),
     // The window.
     m(
@@ -152,22 +231,48 @@ const MUTANTS: &[Mutant] = &[
         "local slot = 3",
     ),
     m(
-        "previous total read from the interval itself",
-        "redis.call('GET', KEYS[slot - 1])",
-        "redis.call('GET', KEYS[slot])",
-    ),
-    m(
         "phase reported as 0",
         "local phase = now - n * interval",
         "local phase = 0",
+    ),
+    m(
+        "a wrong interval carries a total",
+        "return {4, n, phase, false}",
+        "return {4, n, phase, false, false}",
+    ),
+    // The previous totals.
+    m(
+        "previous total read from the interval itself",
+        "previous = {redis.call('GET', KEYS[slot - 1])}",
+        "previous = {redis.call('GET', KEYS[slot])}",
+    ),
+    m(
+        "previous totals read from the interval's own hash",
+        "redis.call('HMGET', KEYS[slot - 1], unpack(fields))",
+        "redis.call('HMGET', KEYS[slot], unpack(fields))",
+    ),
+    m(
+        "interval 0 reads the keys before it",
+        "if n == 0 then",
+        "if false then",
+    ),
+    m(
+        "the reply leaves the totals out",
+        "reply[4 + j] = previous[j]",
+        "reply[4 + j] = false",
+    ),
+    m(
+        "the reply's totals in reverse",
+        "reply[4 + j] = previous[j]",
+        "reply[4 + j] = previous[count + 1 - j]",
     ),
     // The fence.
     m("no fence check", "if fence then", "if false then"),
     m("no duplicate check", FENCE_CHECK, ""),
     m(
         "duplicate reports the current interval",
-        "return {1, n, phase, previous, fenced_n}",
-        "return {1, n, phase, previous, n}",
+        "return answer(1, fenced_n)",
+        "return answer(1, n)",
     ),
     m(
         "no stale check",
@@ -195,37 +300,97 @@ const MUTANTS: &[Mutant] = &[
         "  if not fenced_seq then",
         "  if false then",
     ),
+    // A family's new totals.
+    m(
+        "current totals read from the interval before",
+        "local current = redis.call('HMGET', KEYS[slot],",
+        "local current = redis.call('HMGET', KEYS[slot - 1],",
+    ),
+    m(
+        "no check that a field holds a total",
+        "if not (total == '0' or string.match(total, '^[1-9]%d*$')) then",
+        "if false then",
+    ),
+    m(
+        "a new key flushed with 0 gets no total",
+        "local new = amount\n",
+        "local new = amount ~= '0' and amount or nil\n",
+    ),
+    m(
+        "sums of 19 digits in Lua's numbers",
+        "if #total < 16 and #amount < 16 then",
+        "if #total < 20 and #amount < 20 then",
+    ),
+    m(
+        "no overflow check",
+        "if greater(new, MAX_TOTAL) then",
+        "if false then",
+    ),
+    m(
+        "the largest total refused",
+        "if greater(new, MAX_TOTAL) then",
+        "if not greater(MAX_TOTAL, new) then",
+    ),
+    m(
+        "the sum drops its carry",
+        "carry = (d - d % 10) / 10",
+        "carry = 0",
+    ),
+    m(
+        "the sum stops at the shorter number",
+        "while i > 0 or j > 0 or carry > 0 do",
+        "while i > 0 and j > 0 do",
+    ),
+    m(
+        "a batch of one change writes nothing",
+        "if k > 0 then",
+        "if k > 2 then",
+    ),
     // The writes.
     m(
         "INCRBY before the fence is read",
         "local fence = redis.call('GET', KEYS[5])\n",
-        "redis.call('INCRBY', KEYS[slot], ARGV[2])\nlocal fence = redis.call('GET', KEYS[5])\n",
+        "redis.call('INCRBY', KEYS[slot], ARGV[7])\nlocal fence = redis.call('GET', KEYS[5])\n",
+    ),
+    m(
+        "HSET before the fence is read",
+        "local fence = redis.call('GET', KEYS[5])\n",
+        "if family then\n  redis.call('HSET', KEYS[slot], fields[1], ARGV[7])\nend\nlocal fence = redis.call('GET', KEYS[5])\n",
     ),
     m(
         "INCRBY before the window check",
         "if n < expect - 1 or n > expect + 1 then",
-        "redis.call('INCRBY', KEYS[3], ARGV[2])\nif n < expect - 1 or n > expect + 1 then",
+        "redis.call('INCRBY', KEYS[3], ARGV[7])\nif n < expect - 1 or n > expect + 1 then",
     ),
     m(
-        "PEXPIRE before INCRBY",
-        "redis.call('INCRBY', KEYS[slot], ARGV[2])\nredis.call('PEXPIRE', KEYS[slot], 3 * interval)\n",
-        "redis.call('PEXPIRE', KEYS[slot], 3 * interval)\nredis.call('INCRBY', KEYS[slot], ARGV[2])\n",
+        "fence set before the totals",
+        WRITES,
+        "\nredis.call('SET', KEYS[5], ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])\nif family then\n  -- Every new total",
     ),
     m(
-        "fence set before INCRBY",
-        "redis.call('INCRBY', KEYS[slot], ARGV[2])\nredis.call('PEXPIRE', KEYS[slot], 3 * interval)\nredis.call('SET', KEYS[5], ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[5])\n",
-        "redis.call('SET', KEYS[5], ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[5])\nredis.call('INCRBY', KEYS[slot], ARGV[2])\nredis.call('PEXPIRE', KEYS[slot], 3 * interval)\n",
+        "no INCRBY",
+        "  redis.call('INCRBY', KEYS[slot], ARGV[7])\n",
+        "",
     ),
-    m("no INCRBY", APPLY, ""),
     m(
         "INCRBY by 1",
-        "redis.call('INCRBY', KEYS[slot], ARGV[2])",
+        "redis.call('INCRBY', KEYS[slot], ARGV[7])",
         "redis.call('INCRBY', KEYS[slot], 1)",
+    ),
+    m(
+        "no HSET",
+        "    redis.call('HSET', KEYS[slot], unpack(changes))\n",
+        "",
     ),
     m(
         "no PEXPIRE",
         "redis.call('PEXPIRE', KEYS[slot], 3 * interval)\n",
         "",
+    ),
+    m(
+        "expiry set on the interval before",
+        "redis.call('PEXPIRE', KEYS[slot], 3 * interval)",
+        "redis.call('PEXPIRE', KEYS[slot - 1], 3 * interval)",
     ),
     m(
         "interval key lives 2 intervals",
@@ -237,21 +402,17 @@ const MUTANTS: &[Mutant] = &[
         "3 * interval)",
         "4 * interval)",
     ),
-    m(
-        "no fence",
-        "redis.call('SET', KEYS[5]",
-        "-- redis.call('SET', KEYS[5]",
-    ),
-    m("fence never expires", ", 'PX', ARGV[5])", ")"),
+    m("no fence", SET_FENCE, ""),
+    m("fence never expires", ", 'PX', ARGV[4])", ")"),
     m(
         "fence holds the wrong interval",
-        "string.format('%d', n)",
-        "string.format('%d', n - 1)",
+        "ARGV[1] .. ':' .. string.format('%d', n)",
+        "ARGV[1] .. ':' .. string.format('%d', n - 1)",
     ),
     m(
         "applied reports no interval counted in",
-        "return {0, n, phase, previous, n}",
-        "return {0, n, phase, previous, false}",
+        "return answer(0, n)",
+        "return answer(0, false)",
     ),
 ];
 

@@ -696,6 +696,8 @@ async fn a_total_that_would_overflow_refuses_the_whole_batch_and_writes_nothing(
                 ("a", "9223372036854775806"),
                 ("b", "5"),
                 ("big", "9223372036854775000"),
+                ("c9", "9223372036854775799"),
+                ("mid", "9999999999999999"),
             ])
             .ignore()
             .cmd("PEXPIRE")
@@ -708,7 +710,8 @@ async fn a_total_that_would_overflow_refuses_the_whole_batch_and_writes_nothing(
         let before = inspector.snapshot(space.base()).await;
         let dumped = dump(space.base()).await;
         let max = FlushRequest::MAX_AMOUNT;
-        let refused: [(&str, &[(&str, u64)]); 5] = [
+        let refused: [(&str, &[(&str, u64)]); 6] = [
+            ("a carry past the largest", &[("c9", 9)]),
             (
                 "a long total, a short amount",
                 &[("b", 1), ("c", 1), ("a", 2)],
@@ -748,14 +751,28 @@ async fn a_total_that_would_overflow_refuses_the_whole_batch_and_writes_nothing(
             0,
             ParticipantId::random(),
             1,
-            &[("big", 807), ("a", 1), ("b", max - 5), ("new", max)],
+            &[
+                ("big", 807),
+                ("a", 1),
+                ("b", max - 5),
+                ("new", max),
+                ("c9", 8),
+                ("mid", 1),
+            ],
             n,
         );
         expect(&flush(store, &exact).await, Outcome::Applied, n)?;
         let state = inspector.key(&key).await.unwrap();
         assert_eq!(
             state.fields,
-            hash(&[("a", MAX), ("b", MAX), ("big", MAX), ("new", MAX)])
+            hash(&[
+                ("a", MAX),
+                ("b", MAX),
+                ("big", MAX),
+                ("c9", MAX),
+                ("mid", "10000000000000000"),
+                ("new", MAX),
+            ])
         );
         Ok(())
     })
