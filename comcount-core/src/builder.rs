@@ -67,9 +67,10 @@ impl Builder<ForFamily> {
     /// default, at most 65,536.
     ///
     /// Every participant of a family must use the same number: it decides which partition
-    /// a key belongs to. A flush carries at most 1000 keys, so take about one partition per
-    /// 500 keys counted at once; a partition with more keys than a flush carries flushes
-    /// them in turns, and their totals come less often.
+    /// a key belongs to. A flush carries at most 1000 keys; take about one partition per 700
+    /// keys counted at once (over the 512 fields past which Redis stores a hash as a hash
+    /// table, where each key costs less). A partition with more keys than a flush carries
+    /// flushes them in turns, and their totals come less often.
     pub fn partitions(mut self, partitions: u32) -> Self {
         self.kind.0.partitions = partitions;
         self

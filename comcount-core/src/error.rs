@@ -113,7 +113,7 @@ impl fmt::Display for ConfigError {
             ConfigError::Partitions { partitions, max } => write!(
                 f,
                 "a family needs 1 to {max} partitions, not {partitions}: take about one \
-                 partition per 500 keys counted at once, so that a flush stays well under the \
+                 partition per 700 keys counted at once, so that a flush stays well under the \
                  1000 keys it may carry"
             ),
             ConfigError::NoKeys => f.write_str(

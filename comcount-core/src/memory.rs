@@ -1,6 +1,6 @@
 //! The in-process store: the flush protocol on a map, on a clock of its own.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::future::{Future, ready};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -156,15 +156,8 @@ impl<C: Clock> MemoryStore<C> {
     /// The protocol's steps, as the flush script takes them: every check before the first
     /// write.
     fn run(&self, request: &FlushRequest) -> Result<FlushReply, StoreError> {
+        // A key twice would have one of its amounts overwritten by the other: refused here.
         request.check()?;
-        // A key twice would have one of its amounts overwritten by the other.
-        let mut keys = HashSet::with_capacity(request.entries.len());
-        if let Some(twice) = request.entries.iter().find(|e| !keys.insert(&e.key)) {
-            return Err(StoreError::refused(format!(
-                "entry key {:?} comes twice: send each key once",
-                twice.key
-            )));
-        }
         let now = self.clock.now();
         let interval_ms = request.interval_ms;
         let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);

@@ -358,6 +358,7 @@ mod tests {
         );
         assert!(family(&[""]).check().is_err());
         assert!(family(&[&"k".repeat(257)]).check().is_err());
+        assert!(family(&["a", "b", "a"]).check().is_err());
         let many: Vec<String> = (0..=FlushRequest::MAX_ENTRIES)
             .map(|i| i.to_string())
             .collect();

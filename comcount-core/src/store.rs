@@ -240,8 +240,8 @@ impl FlushRequest {
     /// checks before its first write: `seq` in `1..=MAX_SEQ`, `interval_ms` in
     /// `1..=MAX_INTERVAL_MS`, `expect` at most `MAX_EXPECT`, `fence_ttl_ms` in
     /// `1..=MAX_FENCE_TTL_MS`, and the entries: for a counter exactly one, with an empty key;
-    /// for a family from 1 to `MAX_ENTRIES`, keys of 1 to `MAX_KEY_LEN` bytes; every amount at
-    /// most `MAX_AMOUNT`.
+    /// for a family from 1 to `MAX_ENTRIES`, keys of 1 to `MAX_KEY_LEN` bytes, none twice;
+    /// every amount at most `MAX_AMOUNT`.
     ///
     /// # Errors
     ///
@@ -272,7 +272,14 @@ impl FlushRequest {
                 self.entries.len()
             )));
         }
+        let mut seen = std::collections::HashSet::with_capacity(self.entries.len());
         for entry in &self.entries {
+            if !seen.insert(&*entry.key) {
+                return Err(out_of_range(format!(
+                    "entry key {:?} comes twice; send each key once",
+                    entry.key
+                )));
+            }
             if !key_len.contains(&entry.key.len()) {
                 return Err(out_of_range(format!(
                     "entry key {:?} is {} bytes long, outside {key_len:?}",
