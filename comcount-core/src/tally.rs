@@ -629,51 +629,167 @@ mod tests {
 mod loom_tests {
     use super::*;
     use loom::sync::Arc;
-    use loom::thread;
+    use loom::sync::atomic::AtomicBool;
+    use loom::thread::{self, JoinHandle};
 
-    /// Two threads increment while the tick takes the buffer and puts an amount back: every
-    /// unit ends up either taken or still in the buffer, once.
+    /// Checks `f` under every schedule with up to `preemptions` preemptions (`None`: every
+    /// schedule), unless `LOOM_MAX_PREEMPTIONS` says otherwise. The waits of the worker side
+    /// make the number of schedules grow fast with the bound: each model's bound is the
+    /// highest that ends in seconds.
+    fn model(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = builder.preemption_bound.or(preemptions);
+        builder.check(f);
+    }
+
+    /// A shared buffer whose word is `word`.
+    fn word(word: u64) -> Arc<Buffer> {
+        Arc::new(Buffer(AtomicU64::new(word)))
+    }
+
+    /// A thread that adds `amount`; joined, it gives what it counted.
+    fn adder(buffer: &Arc<Buffer>, amount: u64) -> JoinHandle<u64> {
+        let buffer = Arc::clone(buffer);
+        thread::spawn(move || match buffer.add(amount) {
+            Ok(after) => {
+                assert!(after <= MAX);
+                amount
+            }
+            Err(refusal) => {
+                assert_eq!(refusal, full(amount));
+                0
+            }
+        })
+    }
+
+    fn counted(adders: Vec<JoinHandle<u64>>) -> u64 {
+        adders.into_iter().map(|t| t.join().unwrap()).sum()
+    }
+
+    /// The word once every thread is done: the buffer itself, nothing being refused.
+    fn settled(buffer: &Buffer) -> u64 {
+        let word = buffer.0.load(Relaxed);
+        assert!(word <= MAX, "the word ends at {word:#x}, above MAX");
+        word
+    }
+
+    /// Two threads increment, one with a bare `fetch_add` and one with a compare-and-swap,
+    /// while the worker takes the buffer and puts an amount back: every unit ends up either
+    /// taken or still in the buffer, once.
     #[test]
     fn increments_race_the_tick_without_losing_or_doubling_a_unit() {
-        loom::model(|| {
-            let buffer = Arc::new(Buffer::default());
-            let adders: Vec<_> = [1u64, 10]
-                .into_iter()
-                .map(|n| {
-                    let buffer = Arc::clone(&buffer);
-                    thread::spawn(move || buffer.add(n).map(|_| n).unwrap_or(0))
-                })
-                .collect();
+        model(Some(4), || {
+            let buffer = word(0);
+            let adders = vec![adder(&buffer, 1), adder(&buffer, FAST_MAX + 1)];
             let taken = buffer.take();
             let not_fitting = buffer.put_back(100);
             let second = buffer.take();
-            let added: u64 = adders.into_iter().map(|t| t.join().unwrap()).sum();
-            assert_eq!(added, 11);
+            let added = counted(adders);
+            assert_eq!(added, FAST_MAX + 2);
             assert_eq!(not_fitting, 0);
-            assert_eq!(taken + second + buffer.get(), added + 100);
+            assert_eq!(taken + second + settled(&buffer), added + 100);
         });
     }
 
-    /// An add that would overflow is undone even while another thread adds and the tick takes.
+    /// Near MAX, before the worker takes, an add of 5 never fits and one of 1 fits only if it
+    /// comes first; landing while the 5 is in the word, the 1 is refused too. Whatever the
+    /// order, the worker never takes a refused unit, nor more than MAX, and the word ends at
+    /// the buffer.
     #[test]
-    fn a_refused_add_leaves_no_trace_under_races() {
-        loom::model(|| {
-            let buffer = Arc::new(Buffer::default());
-            buffer.add(MAX - 1).unwrap();
-            let big = {
-                let buffer = Arc::clone(&buffer);
-                thread::spawn(move || buffer.add(5).is_ok())
-            };
-            let small = {
-                let buffer = Arc::clone(&buffer);
-                thread::spawn(move || buffer.add(1).is_ok())
+    fn refusals_near_the_maximum_never_reach_the_worker() {
+        model(Some(4), || {
+            let buffer = word(MAX - 1);
+            let adders = vec![adder(&buffer, 5), adder(&buffer, 1)];
+            let taken = buffer.take();
+            assert!(taken <= MAX);
+            let added = counted(adders);
+            assert_eq!(taken + settled(&buffer), MAX - 1 + added);
+        });
+    }
+
+    /// Before the worker takes, three refused adds may be in flight at once, so that one
+    /// lands on the hold the first one left and another leaves it bare: still no refused unit
+    /// reaches the worker.
+    #[test]
+    fn refusals_landing_on_a_hold_never_reach_the_worker() {
+        model(Some(3), || {
+            let buffer = word(MAX - 1);
+            let adders = vec![adder(&buffer, 2), adder(&buffer, 1), adder(&buffer, 1)];
+            let taken = buffer.take();
+            assert!(taken <= MAX);
+            let added = counted(adders);
+            assert_eq!(taken + settled(&buffer), MAX - 1 + added);
+        });
+    }
+
+    /// The worker puts back an amount while an add is refused and another may fit: nothing
+    /// is lost or doubled, what does not fit is returned, and the word ends at most MAX.
+    #[test]
+    fn put_back_waits_out_a_refusal_in_flight() {
+        model(Some(4), || {
+            let buffer = word(MAX - 4);
+            let adders = vec![adder(&buffer, 5), adder(&buffer, 2)];
+            let not_fitting = buffer.put_back(3);
+            let added = counted(adders);
+            assert!(added == 0 || added == 2, "the add of 5 never fits");
+            assert_eq!(settled(&buffer) + not_fitting, MAX - 4 + 3 + added);
+        });
+    }
+
+    /// The worker takes the buffer and retires it while an add lands: the unit is either
+    /// counted before the retire, and then taken or kept (the retire failing), or refused as
+    /// retired; never lost. An add refused as retired sees what the worker did before.
+    #[test]
+    fn retire_races_an_add_without_losing_the_unit() {
+        model(None, || {
+            let buffer = word(0);
+            let moved = Arc::new(AtomicBool::new(false));
+            let add = {
+                let (buffer, moved) = (Arc::clone(&buffer), Arc::clone(&moved));
+                thread::spawn(move || {
+                    let refusal = buffer.add(1).err();
+                    if refusal == Some(Refusal::Retired) {
+                        assert!(moved.load(Relaxed), "retired before the key moved");
+                    }
+                    refusal
+                })
             };
             let taken = buffer.take();
-            let big_ok = big.join().unwrap();
-            let small_ok = small.join().unwrap();
-            let added = MAX - 1 + if big_ok { 5 } else { 0 } + if small_ok { 1 } else { 0 };
-            assert_eq!(taken + buffer.get(), added);
-            assert!(buffer.get() <= MAX);
+            moved.store(true, Relaxed);
+            let retired = buffer.retire();
+            match add.join().unwrap() {
+                None if retired => assert_eq!(taken, 1, "retired with the unit in it"),
+                None => assert_eq!(taken + settled(&buffer), 1),
+                Some(refusal) => {
+                    assert_eq!(refusal, Refusal::Retired);
+                    assert!(retired);
+                    assert_eq!(taken, 0);
+                }
+            }
+            assert_eq!(buffer.is_retired(), retired);
+            if retired {
+                assert_eq!(
+                    buffer.0.load(Relaxed),
+                    RETIRED,
+                    "the refused add was undone"
+                );
+                assert_eq!(buffer.get(), 0);
+            }
+        });
+    }
+
+    /// The compare-and-swap add of a large amount lands while a `fetch_add` near MAX is being
+    /// refused: before the worker takes, neither fits, and after, both do. Nothing refused is
+    /// counted, and the large add never writes over the refused amount.
+    #[test]
+    fn a_large_add_lands_on_a_refusal_in_flight() {
+        model(Some(4), || {
+            let buffer = word(MAX - 1);
+            let adders = vec![adder(&buffer, 5), adder(&buffer, FAST_MAX + 1)];
+            let taken = buffer.take();
+            assert_eq!(taken, MAX - 1, "neither add fits before the worker takes");
+            let added = counted(adders);
+            assert_eq!(taken + settled(&buffer), MAX - 1 + added);
         });
     }
 }
