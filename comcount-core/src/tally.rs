@@ -310,10 +310,6 @@ impl Buffer {
     /// Retires the buffer if it holds exactly 0: from then on, every add is refused with
     /// [`Refusal::Retired`], nothing is taken from it, and nothing is put back. Returns whether
     /// it did; a refusal in flight leaves the word above 0, so it never does then.
-    #[allow(
-        dead_code,
-        reason = "for the keys of a counter family, whose empty buffers are evicted"
-    )]
     pub(crate) fn retire(&self) -> bool {
         // Release: whatever the worker did before retiring happens before an add refused as
         // retired returns, since that add reads the word with Acquire (in `refuse` and
@@ -324,9 +320,9 @@ impl Buffer {
     }
 
     /// Whether the buffer is retired.
-    #[allow(
-        dead_code,
-        reason = "for the keys of a counter family, whose empty buffers are evicted"
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "read by the tests and the loom models")
     )]
     pub(crate) fn is_retired(&self) -> bool {
         // Acquire: as an add refused as retired, the caller then sees what the worker did
