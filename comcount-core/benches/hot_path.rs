@@ -1,5 +1,6 @@
-//! The hot path: `Counter::increment` against a bare atomic add, alone and contended, and what
-//! a counter costs in memory.
+//! The hot path: `Counter::increment`, a family's `KeyCounter::increment` and
+//! `Family::increment(key, n)` on an existing key, each against a bare atomic add, alone and
+//! contended, and what a counter costs in memory.
 //!
 //! Run with `cargo bench -p comcount-core --bench hot_path --all-features` (the features add
 //! the task sizes of the tokio and smol timers). `COMCOUNT_BENCH_ROUNDS=N` sets how many rounds
@@ -32,7 +33,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use comcount_core::clock::{Timer, VirtualClock};
-use comcount_core::{Counter, MemoryStore, Store, Worker};
+use comcount_core::{Counter, Family, MemoryStore, Store, Worker};
 use divan::{AllocProfiler, Bencher, black_box};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -50,10 +51,57 @@ const DEFAULT_ROUNDS: usize = 31;
 /// The thread counts, as in the `threads` options below.
 const THREADS: [usize; 4] = [1, 2, 4, 8];
 const BASELINE: &str = "bare_add";
-const MEASURED: &str = "increment";
-/// Target ratios of `increment` to the bare add: uncontended, then contended.
-const TARGET_ALONE: f64 = 1.5;
-const TARGET_CONTENDED: f64 = 1.3;
+/// What is measured against the baseline, and its targets.
+const MEASURED: [Subject; 3] = [
+    Subject {
+        bench: "increment",
+        alone: Target::Ratio(1.5),
+        contended: Some(1.3),
+    },
+    Subject {
+        bench: "key_handle",
+        alone: Target::Ratio(1.5),
+        contended: Some(1.3),
+    },
+    Subject {
+        bench: "family_increment",
+        alone: Target::Nanos(60.0),
+        contended: None,
+    },
+];
+
+/// One benchmark measured against the bare add.
+#[derive(Clone, Copy)]
+struct Subject {
+    bench: &'static str,
+    /// The target uncontended.
+    alone: Target,
+    /// The target ratio contended, if any.
+    contended: Option<f64>,
+}
+
+/// A target: a ratio to the bare add, or a time per operation.
+#[derive(Clone, Copy)]
+enum Target {
+    Ratio(f64),
+    Nanos(f64),
+}
+
+impl Target {
+    fn met(self, ratio: f64, nanos: f64) -> bool {
+        match self {
+            Target::Ratio(target) => ratio <= target,
+            Target::Nanos(target) => nanos <= target,
+        }
+    }
+
+    fn label(self) -> String {
+        match self {
+            Target::Ratio(target) => format!("<={target}"),
+            Target::Nanos(target) => format!("<={target}ns"),
+        }
+    }
+}
 /// How many times slower than the uncontended bare add a contended pair's two medians must
 /// both be for the pair to count as contended (see [`summarize`]).
 const CONTENDED: f64 = 3.0;
@@ -82,6 +130,35 @@ fn increment(bencher: Bencher<'_, '_>) {
     bencher.bench(|| counter.increment(black_box(1)));
 }
 
+/// `increment` through a handle on one key of a family, shared by all the threads.
+#[divan::bench(threads = [1, 2, 4, 8], sample_size = 100_000, sample_count = 30)]
+fn key_handle(bencher: Bencher<'_, '_>) {
+    let (family, _worker) = build_family();
+    let handle = family.counter("tenant-42").expect("a valid key");
+    handle.increment(1);
+    bencher.bench(|| handle.increment(black_box(1)));
+}
+
+/// `Family::increment(key, n)` on a key the family holds, among a thousand others, shared by
+/// all the threads: the lookup and the add.
+#[divan::bench(threads = [1, 2, 4, 8], sample_size = 100_000, sample_count = 30)]
+fn family_increment(bencher: Bencher<'_, '_>) {
+    let (family, _worker) = build_family();
+    bencher.bench(|| family.increment(black_box("tenant-42"), black_box(1)));
+}
+
+/// A family of a thousand keys, "tenant-0" to "tenant-999", each counted once.
+fn build_family() -> (Family, Worker) {
+    let (family, worker) = Family::builder("bench", Duration::from_secs(5))
+        .partitions(2)
+        .build(MemoryStore::new(), VirtualClock::new())
+        .expect("the bench family's settings are valid");
+    for k in 0..1_000 {
+        family.increment(&format!("tenant-{k}"), 1);
+    }
+    (family, worker)
+}
+
 fn build<S: Store, T: Timer>(store: S, timer: T) -> (Counter, Worker) {
     Counter::builder("bench", Duration::from_secs(5))
         .build(store, timer)
@@ -106,32 +183,42 @@ fn main() {
             .parse()
             .expect("COMCOUNT_BENCH_ROUNDS is a whole number")
     });
-    let mut rows: Vec<Vec<Pair>> = vec![Vec::new(); THREADS.len()];
+    // For each subject, for each thread count, the pairs of the rounds.
+    let mut rows: Vec<Vec<Vec<Pair>>> = vec![vec![Vec::new(); THREADS.len()]; MEASURED.len()];
     for round in 1..=rounds {
         println!("== round {round} of {rounds}");
-        for (row, threads) in rows.iter_mut().zip(THREADS) {
-            // Alternate which goes first, so that neither is always the one measured after
-            // the other warmed the machine up.
-            let (base, measured) = if round % 2 == 1 {
-                let base = measure(&args, BASELINE, threads);
-                (base, measure(&args, MEASURED, threads))
-            } else {
-                let measured = measure(&args, MEASURED, threads);
-                (measure(&args, BASELINE, threads), measured)
-            };
-            let pair = Pair { base, measured };
-            println!(
-                "   t={threads}: {MEASURED} {:.3} ns / {BASELINE} {:.3} ns = {:.2}",
-                pair.measured.median,
-                pair.base.median,
-                pair.ratio()
-            );
-            row.push(pair);
+        for (t, threads) in THREADS.into_iter().enumerate() {
+            for (subject, row) in MEASURED.iter().zip(rows.iter_mut()) {
+                // Alternate which goes first, so that neither is always the one measured
+                // after the other warmed the machine up.
+                let bench = subject.bench;
+                let (base, measured) = if round % 2 == 1 {
+                    let base = measure(&args, BASELINE, threads);
+                    (base, measure(&args, bench, threads))
+                } else {
+                    let measured = measure(&args, bench, threads);
+                    (measure(&args, BASELINE, threads), measured)
+                };
+                let pair = Pair { base, measured };
+                println!(
+                    "   t={threads}: {bench} {:.3} ns / {BASELINE} {:.3} ns = {:.2}",
+                    pair.measured.median,
+                    pair.base.median,
+                    pair.ratio()
+                );
+                row[t].push(pair);
+            }
         }
         println!();
     }
-    summarize(&rows);
-    paired(&rows);
+    for (subject, row) in MEASURED.iter().zip(&rows) {
+        summarize(subject, row);
+    }
+    for (subject, row) in MEASURED.iter().zip(&rows) {
+        if subject.contended.is_some() {
+            paired(subject, row);
+        }
+    }
     memory();
 }
 
@@ -232,16 +319,17 @@ fn median(mut values: Vec<f64>) -> f64 {
 /// then neither measurement of the pair sees contention. A contended pair counts only when
 /// both its medians are at least [`CONTENDED`] times the uncontended bare add; the ratio over
 /// all rounds is shown beside it.
-fn summarize(rows: &[Vec<Pair>]) {
+fn summarize(subject: &Subject, rows: &[Vec<Pair>]) {
+    let measured_name = subject.bench;
     let rounds = rows.first().map_or(0, Vec::len);
     let alone = rows.first().map_or(f64::NAN, |pairs| {
         median(pairs.iter().map(|p| p.base.median).collect())
     });
     let floor = CONTENDED * alone;
-    println!("== hot path: {MEASURED} / {BASELINE}, {rounds} rounds");
+    println!("== hot path: {measured_name} / {BASELINE}, {rounds} rounds");
     println!(
-        "{:>7}  {:>7}  {:>11}  {:>12}  {:>6}  {:>11}  {:>6}  {:>6}  met",
-        "threads", "rounds", "bare add ns", "increment ns", "ratio", "min..max", "all", "target"
+        "{:>7}  {:>7}  {:>11}  {:>12}  {:>6}  {:>11}  {:>6}  {:>8}  met",
+        "threads", "rounds", "bare add ns", "measured ns", "ratio", "min..max", "all", "target"
     );
     for (pairs, threads) in rows.iter().zip(THREADS) {
         let all = median(pairs.iter().map(Pair::ratio).collect());
@@ -263,16 +351,25 @@ fn summarize(rows: &[Vec<Pair>]) {
         let high = ratios.iter().copied().fold(0.0, f64::max);
         let ratio = median(ratios);
         let target = if threads == 1 {
-            TARGET_ALONE
+            Some(subject.alone)
         } else {
-            TARGET_CONTENDED
+            subject.contended.map(Target::Ratio)
         };
-        let met = if ratio <= target { "yes" } else { "NO" };
+        let (label, met) = match target {
+            Some(target) => (
+                target.label(),
+                if target.met(ratio, measured) {
+                    "yes"
+                } else {
+                    "NO"
+                },
+            ),
+            None => ("-".to_owned(), "-"),
+        };
         println!(
-            "{threads:>7}  {:>7}  {base:>11.3}  {measured:>12.3}  {ratio:>6.2}  {:>11}  {all:>6.2}  {:>6}  {met}",
+            "{threads:>7}  {:>7}  {base:>11.3}  {measured:>12.3}  {ratio:>6.2}  {:>11}  {all:>6.2}  {label:>8}  {met}",
             format!("{}/{rounds}", used.len()),
             format!("{low:.2}..{high:.2}"),
-            format!("<={target}"),
         );
     }
     let allocated = rows
@@ -309,20 +406,37 @@ const BLOCKS: usize = 500;
 /// threads starting each block together after a barrier, and each thread's block of
 /// increments is paired with its block of bare adds just before or after it (the order
 /// alternates). A pair counts when both its blocks were contended, as in [`summarize`].
-fn paired(rows: &[Vec<Pair>]) {
+fn paired(subject: &Subject, rows: &[Vec<Pair>]) {
+    let measured_name = subject.bench;
+    let target = subject.contended.unwrap_or(f64::INFINITY);
     let alone = rows.first().map_or(f64::NAN, |pairs| {
         median(pairs.iter().map(|p| p.base.median).collect())
     });
     let floor = CONTENDED * alone;
     println!(
-        "== paired blocks: {MEASURED} / {BASELINE}, blocks of {BLOCK} ops, {BLOCKS} pairs per thread"
+        "== paired blocks: {measured_name} / {BASELINE}, blocks of {BLOCK} ops, {BLOCKS} pairs per thread"
     );
     println!(
         "{:>7}  {:>11}  {:>11}  {:>12}  {:>6}  {:>11}  {:>6}  met",
-        "threads", "pairs", "bare add ns", "increment ns", "ratio", "p25..p75", "target"
+        "threads", "pairs", "bare add ns", "measured ns", "ratio", "p25..p75", "target"
     );
     for threads in THREADS.into_iter().skip(1) {
-        let pairs = blocks(threads);
+        let pairs = match measured_name {
+            "key_handle" => {
+                let (family, _worker) = build_family();
+                let handle = family.counter("tenant-42").expect("a valid key");
+                blocks(threads, || {
+                    black_box(handle.increment(black_box(1)));
+                })
+            }
+            _ => {
+                let (counter, _worker) = build(MemoryStore::new(), VirtualClock::new());
+                counter.increment(1);
+                blocks(threads, || {
+                    black_box(counter.increment(black_box(1)));
+                })
+            }
+        };
         let total = pairs.len();
         let used: Vec<(f64, f64)> = pairs
             .into_iter()
@@ -341,16 +455,12 @@ fn paired(rows: &[Vec<Pair>]) {
         ratios.sort_by(f64::total_cmp);
         let (p25, p75) = (ratios[ratios.len() / 4], ratios[ratios.len() * 3 / 4]);
         let ratio = median(ratios);
-        let met = if ratio <= TARGET_CONTENDED {
-            "yes"
-        } else {
-            "NO"
-        };
+        let met = if ratio <= target { "yes" } else { "NO" };
         println!(
             "{threads:>7}  {:>11}  {base:>11.3}  {measured:>12.3}  {ratio:>6.2}  {:>11}  {:>6}  {met}",
             format!("{}/{total}", used.len()),
             format!("{p25:.2}..{p75:.2}"),
-            format!("<={TARGET_CONTENDED}"),
+            format!("<={target}"),
         );
     }
     println!("pairs: those whose two blocks both took >= {CONTENDED} x the uncontended bare add");
@@ -358,19 +468,15 @@ fn paired(rows: &[Vec<Pair>]) {
     println!();
 }
 
-/// Runs the blocks of [`paired`] on `threads` threads; returns each thread's pairs of times per
-/// operation in nanoseconds, bare add first.
-fn blocks(threads: usize) -> Vec<(f64, f64)> {
+/// Runs the blocks of [`paired`] on `threads` threads, `increment` against the bare add;
+/// returns each thread's pairs of times per operation in nanoseconds, bare add first.
+fn blocks(threads: usize, increment: impl Fn() + Sync) -> Vec<(f64, f64)> {
     let atomic = Padded(AtomicI64::new(0));
-    let (counter, _worker) = build(MemoryStore::new(), VirtualClock::new());
-    counter.increment(1);
     let barrier = Barrier::new(threads);
     let bare = || {
         black_box(atomic.0.fetch_add(black_box(1), Relaxed));
     };
-    let increment = || {
-        black_box(counter.increment(black_box(1)));
-    };
+    let increment = &increment;
     thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
