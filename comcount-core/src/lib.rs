@@ -11,6 +11,10 @@
 //! interval at most once, and applies each flush at most once, whatever a client replays. It may
 //! be understated, when a flush is lost or lands late.
 //!
+//! To count per something (requests per tenant, calls per API key), a [`Family`] holds any
+//! number of keys under one name and interval, each answering as a counter does, and sends them
+//! together: one flush per partition and interval, whatever the number of keys.
+//!
 //! This crate holds the counter, its tick and the [`Store`] contract, with no async runtime of
 //! its own: the [`Worker`] is a future for any executor, and time comes from a
 //! [`Timer`](clock::Timer) (`tokio` and `smol` features, or a
