@@ -11,6 +11,8 @@ const RECENT: usize = 4;
 #[derive(Debug)]
 pub(crate) struct Aim {
     interval_ms: u64,
+    /// Where in an interval flushes aim to arrive: the middle for a counter.
+    phase: Duration,
     anchor: Option<Anchor>,
     /// The last few round trips, newest at `next - 1`.
     recent: [Option<Duration>; RECENT],
@@ -29,9 +31,22 @@ struct Anchor {
 }
 
 impl Aim {
+    /// The aim of a counter: the middle of the interval.
+    #[cfg(test)]
     pub(crate) fn new(interval_ms: u64) -> Self {
+        Self::spread(interval_ms, 0, 1)
+    }
+
+    /// The aim of partition `partition` of `partitions`: the partitions of a family aim at
+    /// phases spread over the middle half of the interval, so that their flushes reach the
+    /// store one after another instead of all at once; one partition alone aims at the middle.
+    pub(crate) fn spread(interval_ms: u64, partition: u32, partitions: u32) -> Self {
+        // A quarter in, plus the partition's share of the middle half, at its own middle:
+        // I/4 + I/2 * (p + 1/2) / P, in whole milliseconds.
+        let (p, n) = (u64::from(partition), u64::from(partitions.max(1)));
         Self {
             interval_ms,
+            phase: Duration::from_millis(interval_ms / 4 + interval_ms * (2 * p + 1) / (4 * n)),
             anchor: None,
             recent: [None; RECENT],
             next: 0,
@@ -70,13 +85,13 @@ impl Aim {
         self.arrival(now).map_or(0, |at| self.interval_of(at))
     }
 
-    /// How long to wait from `now` so that the next flush arrives in the middle of an interval
-    /// this participant has not added to yet (`last_added` is the last one it has). `None`
-    /// before any reply.
+    /// How long to wait from `now` so that the next flush arrives at the aimed phase (the
+    /// middle, for a counter) of an interval this participant has not added to yet
+    /// (`last_added` is the last one it has). `None` before any reply.
     ///
-    /// Past the middle of such an interval, a flush that would still arrive in its first three
-    /// quarters goes at once rather than give the interval up; later than that it waits for the
-    /// middle of the next one.
+    /// Past the aimed phase of such an interval, a flush that would still arrive within a
+    /// quarter interval of it, and in the first three quarters, goes at once rather than give
+    /// the interval up; later than that it waits for the aimed phase of the next one.
     pub(crate) fn delay_to_aim(&self, now: Duration, last_added: Option<u64>) -> Option<Duration> {
         let arrival = self.arrival(now)?;
         let current = self.interval_of(arrival);
@@ -85,16 +100,16 @@ impl Aim {
             Some(n) if n >= current => n + 1,
             _ => {
                 let phase = arrival.saturating_sub(self.start_of(current));
-                if phase <= interval / 2 {
+                if phase <= self.phase {
                     current
-                } else if phase < interval * 3 / 4 {
+                } else if phase < (self.phase + interval / 4).min(interval * 3 / 4) {
                     return Some(Duration::ZERO);
                 } else {
                     current + 1
                 }
             }
         };
-        Some((self.start_of(target) + interval / 2).saturating_sub(arrival))
+        Some((self.start_of(target) + self.phase).saturating_sub(arrival))
     }
 
     fn interval_of(&self, at: Duration) -> u64 {
@@ -162,5 +177,21 @@ mod tests {
         // Early in 7 (applied at phase 20, so arriving at 730): wait for the middle.
         aim.observe(&reply(7, 20), ms(1000), ms(1010));
         assert_eq!(aim.delay_to_aim(ms(1010), None), Some(ms(20)));
+    }
+
+    #[test]
+    fn partitions_aim_at_phases_spread_over_the_middle_half() {
+        let phases: Vec<u64> = (0..4)
+            .map(|p| Aim::spread(1000, p, 4).phase.as_millis() as u64)
+            .collect();
+        assert_eq!(phases, [312, 437, 562, 687]);
+        assert_eq!(Aim::new(1000).phase, Duration::from_millis(500));
+        // Each aims its flush at its own phase of the next interval.
+        let mut aim = Aim::spread(1000, 0, 4);
+        aim.observe(&reply(7, 600), Duration::ZERO, Duration::ZERO);
+        assert_eq!(
+            aim.delay_to_aim(Duration::ZERO, Some(7)),
+            Some(Duration::from_millis(712))
+        );
     }
 }

@@ -125,7 +125,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 settings.interval,
             ),
             batch: Batch::new(Arc::clone(shared), partition),
-            aim: Aim::new(settings.interval_ms),
+            aim: Aim::spread(settings.interval_ms, partition, settings.partitions()),
             round_trip: RoundTrip::new(settings.policy.flush_timeout),
             alarm: alarm.clone(),
             request: FlushRequest::new(

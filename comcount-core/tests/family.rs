@@ -178,10 +178,11 @@ fn each_key_has_its_own_total_across_participants() {
     assert_eq!(total("globex"), Some(4));
     assert_eq!(total("initech"), Some(1));
 
-    // The next flushes, in the middle of interval 1, bring back each key's total of
-    // interval 0, and the first participant adds a key it never counted, to learn its total.
+    // The next flushes, aimed inside interval 1 (each partition at a phase of its own), bring
+    // back each key's total of interval 0, and the first participant adds a key it never
+    // counted, to learn its total.
     families[1].increment("initech", 6);
-    bench.run_until(ms(1_500));
+    bench.run_until(ms(1_800));
     assert_eq!(families[0].increment("acme", 3), 10);
     assert_eq!(families[0].group_total("globex"), Some(4));
     assert_eq!(families[1].count("acme"), 10);
@@ -197,7 +198,7 @@ fn each_key_has_its_own_total_across_participants() {
         "never counted nor flushed here"
     );
     // Its next flush carries the key added, and brings its total.
-    bench.run_until(ms(2_500));
+    bench.run_until(ms(2_800));
     assert_eq!(families[0].group_total("initech"), Some(6));
     assert_eq!(families[0].count("initech"), 6);
 }
@@ -493,7 +494,7 @@ fn closing_makes_every_total_unknown_and_sends_nothing_more() {
         handle.increment(1);
         family.increment("globex", 2);
     }
-    bench.run_until(ms(2_600));
+    bench.run_until(ms(2_800));
     assert_eq!(family.group_total("globex"), Some(2));
     assert_eq!(handle.group_total(), Some(1));
     let sent = bench.store.calls().len();

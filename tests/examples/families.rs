@@ -125,7 +125,7 @@ async fn watch_slow_runs(stats: &mut MultiplexedConnection) {
     command(stats, &["SLOWLOG", "RESET"]).await;
 }
 
-/// The longest command in the slow log, in microseconds.
+/// The longest script run (`EVALSHA`) in the slow log, in microseconds.
 async fn slowest_run(stats: &mut MultiplexedConnection) -> u64 {
     let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
         .arg("GET")
@@ -133,10 +133,17 @@ async fn slowest_run(stats: &mut MultiplexedConnection) -> u64 {
         .query_async(stats)
         .await
         .expect("SLOWLOG GET answers");
+    let evalsha = |args: Option<&redis::Value>| match args {
+        Some(redis::Value::Array(args)) => matches!(
+            args.first(),
+            Some(redis::Value::BulkString(name)) if name.eq_ignore_ascii_case(b"evalsha")
+        ),
+        _ => false,
+    };
     entries
         .iter()
         .filter_map(|entry| match entry {
-            redis::Value::Array(fields) => match fields.get(2) {
+            redis::Value::Array(fields) if evalsha(fields.get(3)) => match fields.get(2) {
                 Some(redis::Value::Int(us)) => Some(*us as u64),
                 _ => None,
             },
