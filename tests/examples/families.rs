@@ -1,19 +1,15 @@
-//! Counter families on one Redis: what a key costs in a batch, and fleets of families at scale.
+//! Fleets of counter families on one Redis. (What one key costs Redis inside a batch, against
+//! a counter's flush, is the `script_cost` example's.)
 //!
 //! On a redis-server of its own it measures, in one run:
 //!
-//! 1. **Cost per key.** Flushes sent one after another through `RedisStore`, every one applied
-//!    (a fresh participant each): single-counter flushes, then family flushes of 10, 100 and
-//!    1000 keys. From `INFO commandstats` it prints Redis's CPU per flush and per key, and the
-//!    per-key cost against a single-counter flush measured in the same run (the target is a
-//!    fifth at most), with the slowest single script run (`SLOWLOG`).
-//! 2. **Scale.** Participants (8 by default), each with a family of 100,000 keys at 1 s
+//! 1. **Scale.** Participants (8 by default), each with a family of 100,000 keys at 1 s
 //!    intervals, every key incremented every interval, all on one Redis. Over a window it
 //!    reports the share of keys whose group total is known (sampled at every participant),
 //!    Redis's CPU (`INFO cpu`, in cores), the slowest script run (`SLOWLOG`), flushes per
 //!    second, and the client's heap per key (a counting allocator, measured while the keys are
 //!    added).
-//! 3. **Many tenants.** One participant with a family of 20,000 keys at 100 ms intervals on one
+//! 2. **Many tenants.** One participant with a family of 20,000 keys at 100 ms intervals on one
 //!    connection, every key incremented every 50 ms: the share of keys whose total is known,
 //!    and Redis's CPU.
 //!
@@ -31,8 +27,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use comcount_core::clock::TokioTimer;
-use comcount_core::diagnostics::{Diagnostics, Event, Reporter};
-use comcount_core::{Entry, Family, FlushRequest, KeySpace, Outcome, ParticipantId, Store};
+use comcount_core::diagnostics::{Diagnostics, Event};
+use comcount_core::Family;
 use comcount_redis_rs::RedisStore;
 use comcount_tests::bench::{info, redis_cpu};
 use comcount_tests::server::RedisServer;
@@ -87,7 +83,9 @@ impl Settings {
 
 async fn connect(url: &str) -> MultiplexedConnection {
     // No response timeout: a family's first flushes queue behind each other.
-    let config = AsyncConnectionConfig::new().set_response_timeout(None);
+    let config = AsyncConnectionConfig::new()
+        .set_response_timeout(None)
+        .set_connection_timeout(Some(Duration::from_secs(60)));
     redis::Client::open(url)
         .expect("a valid URL")
         .get_multiplexed_async_connection_with_config(&config)
@@ -153,63 +151,26 @@ async fn slowest_run(stats: &mut MultiplexedConnection) -> u64 {
         .unwrap_or(0)
 }
 
+/// Waits until Redis has worked off what a fleet queued: no `EVALSHA` for half a second.
+async fn until_idle(stats: &mut MultiplexedConnection) {
+    let mut last = evalsha_stats(stats).await.0;
+    for _ in 0..120 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = evalsha_stats(stats).await.0;
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
 struct Quiet;
 
 impl Diagnostics for Quiet {
     fn record(&self, _name: &str, _event: &Event<'_>) {}
 }
 
-// 1. Cost per key.
-
-/// Redis's microseconds per flush of `keys` keys (0: a single counter's flush), over `flushes`
-/// flushes sent one after another, each applied.
-async fn cost(url: &str, stats: &mut MultiplexedConnection, keys: usize, flushes: usize) -> f64 {
-    let store = RedisStore::new(connect(url).await);
-    let report = Reporter::new("cost", Arc::new(Quiet));
-    let interval_ms = 1000 * 86_400_000;
-    let space = if keys == 0 {
-        KeySpace::counter("bench:", "cost")
-    } else {
-        KeySpace::partition("bench:", &format!("cost{keys}"), 0)
-    };
-    let entries: Vec<Entry> = (0..keys)
-        .map(|k| Entry::new(format!("tenant-{k}"), 1))
-        .collect();
-    let request = |participant: u64| {
-        let base = FlushRequest::new(
-            space.clone(),
-            ParticipantId::from_u64(participant),
-            interval_ms,
-        );
-        let base = if keys == 0 {
-            base.with_amount(1)
-        } else {
-            base.with_entries(entries.clone())
-        };
-        // The interval the wall clock is in, a thousand days long.
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("after 1970")
-            .as_millis() as u64;
-        base.with_expect(now / interval_ms)
-    };
-    // Loads the script, and warms up.
-    for participant in 0..10 {
-        store.flush(&request(participant), &report).await.ok();
-    }
-    let (calls, usec) = evalsha_stats(stats).await;
-    for participant in 0..flushes as u64 {
-        let reply = store
-            .flush(&request(1_000 + participant), &report)
-            .await
-            .expect("the flush runs");
-        assert_eq!(reply.outcome, Outcome::Applied);
-    }
-    let (calls_after, usec_after) = evalsha_stats(stats).await;
-    (usec_after - usec) as f64 / (calls_after - calls).max(1) as f64
-}
-
-// 2 and 3. Fleets of families.
+// Fleets of families.
 
 struct FleetRow {
     label: String,
@@ -243,17 +204,18 @@ async fn fleet(url: &str, stats: &mut MultiplexedConnection, run: Fleet) -> Flee
         window,
     } = run;
     let partitions = keys.div_ceil(KEYS_PER_PARTITION) as u32;
-    let connection = connect(url).await;
     let names: Arc<[String]> = (0..keys).map(|k| format!("tenant-{k}")).collect();
     let mut families = Vec::new();
     let heap = Region::new(GLOBAL);
     for _ in 0..participants {
+        // A connection each, as participants in processes of their own have.
+        let connection = connect(url).await;
         let (family, worker) = Family::builder(label, interval)
             .prefix("bench:")
             .partitions(partitions)
             .max_keys(keys)
             .diagnostics(Quiet)
-            .build(RedisStore::new(connection.clone()), TokioTimer::new())
+            .build(RedisStore::new(connection), TokioTimer::new())
             .expect("valid settings");
         for name in names.iter() {
             family.increment(name, 1);
@@ -309,6 +271,7 @@ async fn fleet(url: &str, stats: &mut MultiplexedConnection, run: Fleet) -> Flee
     for family in &families {
         family.close();
     }
+    until_idle(stats).await;
     FleetRow {
         label: label.to_owned(),
         keys,
@@ -343,30 +306,6 @@ async fn main() {
     let url = server.url();
     let mut stats = connect(&url).await;
     println!("Redis 127.0.0.1:{}", server.port());
-
-    println!();
-    println!("Cost per key: Redis's CPU per flush, flushes sent one after another, all applied");
-    println!();
-    println!(
-        "| keys per flush | µs per flush | µs per key | per key / counter flush | slowest run |"
-    );
-    println!("| --- | --- | --- | --- | --- |");
-    watch_slow_runs(&mut stats).await;
-    let counter = cost(&url, &mut stats, 0, 2_000).await;
-    println!(
-        "| 1 (a counter) | {counter:.1} | {counter:.1} | 1 | {:.2} ms |",
-        slowest_run(&mut stats).await as f64 / 1000.0
-    );
-    for keys in [10, 100, 1000] {
-        watch_slow_runs(&mut stats).await;
-        let per_flush = cost(&url, &mut stats, keys, 20_000 / keys).await;
-        let per_key = per_flush / keys as f64;
-        println!(
-            "| {keys} | {per_flush:.1} | {per_key:.2} | {:.3} | {:.2} ms |",
-            per_key / counter,
-            slowest_run(&mut stats).await as f64 / 1000.0
-        );
-    }
 
     println!();
     println!("Fleets of families on one Redis ('known': keys whose group total is known, sampled");
