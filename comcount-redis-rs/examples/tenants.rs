@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use comcount_redis_rs::clock::TokioTimer;
 use comcount_redis_rs::diagnostics::Reporter;
+use comcount_redis_rs::keys::partition_of;
 use comcount_redis_rs::{
     Family, FlushReply, FlushRequest, MemoryStore, RedisStore, Store, StoreError, redis,
 };
@@ -177,8 +178,8 @@ async fn run<S: Store + Clone>(options: &Options, store: S) -> Result<(), Box<dy
             continue;
         }
         flushes_at_start.get_or_insert((store.count(), tokio::time::Instant::now()));
-        // An interval on, participants have been shown the total of the one before.
-        seen.sample(&families, &tenants, &truth, now - 1);
+        // Interval `now - 1` brought every key the total of `now - 2`.
+        seen.sample(&families, &tenants, &truth, now - 2);
     }
     let (flushes, since) = flushes_at_start.unwrap_or((0, started));
     let flushes_per_s = (store.count() - flushes) as f64 / since.elapsed().as_secs_f64();
@@ -224,18 +225,21 @@ async fn count_events(participant: Participant, truth: Arc<Truth>, stop: Arc<Ato
         owed += participant.rate * tick.as_secs_f64();
         let events = owed.floor() as u64;
         owed -= events as f64;
-        let into = flushed_into(participant.interval);
         for _ in 0..events {
             let rank = participant.spread.sample(&mut rng);
-            participant.family.increment(&participant.tenants[rank], 1);
+            let tenant = &participant.tenants[rank];
+            participant.family.increment(tenant, 1);
             if rank < SHOWN {
-                truth.add(rank, into);
+                let partitions = participant.family.partitions();
+                let partition = partition_of(tenant, partitions);
+                truth.add(rank, flushed_into(participant.interval, partition, partitions));
             }
         }
     }
 }
 
-/// What the busiest tenants were shown, summed over the intervals sampled.
+/// What the busiest tenants were shown, summed over the intervals sampled: an interval's, once
+/// the flushes of the interval after it have brought its totals.
 #[derive(Default)]
 struct Seen {
     samples: u64,
@@ -268,8 +272,9 @@ impl Seen {
         let n = self.samples.max(1);
         println!(
             "per interval, averaged over {n} intervals: 'true' is what the fleet counted for the \
-             tenant between the middles of an interval and the one before, when flushes go out; \
-             'seen' what participants were shown once it closed"
+             tenant between two flushes of its partition (by this machine's clock, so a little \
+             either way at the edges); 'seen' what participants were shown once the interval \
+             closed"
         );
         println!(
             "{:>10} {:>7} {:>10} {:>10} {:>10}",
@@ -380,9 +385,14 @@ fn wall_interval(interval: Duration) -> u64 {
     (wall_ms() / interval.as_millis()) as u64
 }
 
-/// The interval whose total an event counted now ends up in: the one whose middle comes next.
-fn flushed_into(interval: Duration) -> u64 {
-    ((wall_ms() + interval.as_millis() / 2) / interval.as_millis()) as u64
+/// The interval whose total an event counted now for a key of `partition` (of `partitions`)
+/// ends up in: the one whose aimed phase for that partition comes next. A family's partitions
+/// aim at phases spread over the middle half of the interval, `I/4 + I/2 (p + 1/2) / P`.
+fn flushed_into(interval: Duration, partition: u32, partitions: u32) -> u64 {
+    let i = interval.as_millis();
+    let (p, n) = (u128::from(partition), u128::from(partitions));
+    let phase = i / 4 + i * (2 * p + 1) / (4 * n);
+    ((wall_ms() + i - phase) / i) as u64
 }
 
 fn wall_ms() -> u128 {
