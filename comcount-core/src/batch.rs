@@ -97,6 +97,13 @@ impl Batch {
         !slots.is_empty()
     }
 
+    /// Lets go of a settled flush's entries and slots, memory included: a partition of many
+    /// keys would otherwise hold a flush's worth of both for each key between flushes.
+    pub(crate) fn release(&mut self, request: &mut FlushRequest) {
+        self.slots = Vec::new();
+        request.entries = Vec::new();
+    }
+
     /// Takes the totals of a reply (one per entry; fewer leave the rest alone).
     pub(crate) fn refresh(&self, totals: &[Option<u64>], now_ms: u64) {
         for (slot, total) in self.slots.iter().zip(totals) {

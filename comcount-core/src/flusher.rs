@@ -152,6 +152,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         self.watch.until(self.shared.started(), stop).await?;
         loop {
             let settled = self.flush(stop).await?;
+            self.batch.release(&mut self.request);
             if let Settled::Counted(interval) = settled {
                 self.last_added = self.last_added.max(Some(interval));
             }
