@@ -1,7 +1,8 @@
 //! The test's own commands to Redis servers and cluster nodes: plain admin connections, roles,
-//! `CLUSTER NODES`, replicas, slots and the keys in them. For breaking and inspecting a server
-//! or a [`Cluster`] from outside the clients under test.
+//! `CLUSTER NODES`, replicas, slots and the keys in them, a slot moved to another primary. For
+//! breaking and inspecting a server or a [`Cluster`] from outside the clients under test.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -157,4 +158,127 @@ pub async fn keys_in_slot(port: u16, slot: u16) -> Vec<String> {
     )
     .await
     .unwrap()
+}
+
+/// Which node holds each key of `slot`, asked of every primary; panics on a key held by two.
+pub async fn where_keys_are(primaries: &[Node], slot: u16) -> BTreeMap<String, u16> {
+    let mut held: BTreeMap<String, u16> = BTreeMap::new();
+    for node in primaries {
+        for key in keys_in_slot(node.port, slot).await {
+            if let Some(other) = held.insert(key.clone(), node.port) {
+                panic!(
+                    "{key} is split across the nodes on {other} and {}",
+                    node.port
+                );
+            }
+        }
+    }
+    held
+}
+
+/// A slot [`move_slot`] moved from one primary to another.
+#[derive(Debug)]
+pub struct SlotMove {
+    /// The slot.
+    pub slot: u16,
+    /// Its owner before.
+    pub source: Node,
+    /// Its owner after.
+    pub target: Node,
+    /// The primaries, as they were before.
+    pub primaries: Vec<Node>,
+    /// How many keys were moved.
+    pub moved: usize,
+    /// When every primary had been told of the new owner.
+    pub done: Instant,
+}
+
+/// Moves `slot` from its owner to another primary as a resharding does, while clients keep
+/// writing to it: the target set importing and the source migrating, the slot's keys moved one
+/// at a time with `MIGRATE`, `pace` apart, then the new owner given to the target first, the
+/// source next, the other primaries last. `any` is the port of any node.
+pub async fn move_slot(any: u16, slot: u16, pace: Duration) -> SlotMove {
+    let primaries = primaries(any).await;
+    assert_eq!(primaries.len(), 3, "{primaries:?}");
+    let source = primaries
+        .iter()
+        .find(|n| n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+        .unwrap_or_else(|| panic!("no primary owns slot {slot}: {primaries:?}"))
+        .clone();
+    let target = primaries
+        .iter()
+        .find(|n| n.id != source.id)
+        .unwrap()
+        .clone();
+    let slot_arg = slot.to_string();
+
+    let () = command(
+        target.port,
+        &["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source.id],
+    )
+    .await
+    .unwrap();
+    let () = command(
+        source.port,
+        &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target.id],
+    )
+    .await
+    .unwrap();
+    let mut moved = 0;
+    loop {
+        let held = where_keys_are(&primaries, slot).await;
+        let Some(key) = held
+            .iter()
+            .find(|(_, port)| **port == source.port)
+            .map(|(key, _)| key.clone())
+        else {
+            break;
+        };
+        let target_port = target.port.to_string();
+        let reply: redis::RedisResult<String> = command(
+            source.port,
+            &[
+                "MIGRATE",
+                "127.0.0.1",
+                &target_port,
+                "",
+                "0",
+                "5000",
+                "KEYS",
+                &key,
+            ],
+        )
+        .await;
+        let reply = reply.unwrap_or_else(|e| panic!("MIGRATE of {key} failed: {e}"));
+        assert!(
+            reply == "OK" || reply == "NOKEY",
+            "MIGRATE of {key}: {reply}"
+        );
+        moved += 1;
+        assert!(moved < 200, "the slot never emptied");
+        tokio::time::sleep(pace).await;
+    }
+    let mut order = vec![target.clone(), source.clone()];
+    order.extend(
+        primaries
+            .iter()
+            .filter(|n| n.id != source.id && n.id != target.id)
+            .cloned(),
+    );
+    for node in &order {
+        let () = command(
+            node.port,
+            &["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target.id],
+        )
+        .await
+        .unwrap();
+    }
+    SlotMove {
+        slot,
+        source,
+        target,
+        primaries,
+        moved,
+        done: Instant::now(),
+    }
 }

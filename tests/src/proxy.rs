@@ -102,6 +102,20 @@ impl Proxy {
         self.faults_done.load(Ordering::SeqCst)
     }
 
+    /// Waits until the one-shot faults struck so far reach `done`, at most 10 s; returns
+    /// when they did.
+    pub async fn struck(&self, done: u64) -> std::time::Instant {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while self.faults_done() < done {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the proxy's fault never struck"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        std::time::Instant::now()
+    }
+
     /// Closes every live connection at once; new ones are accepted as before.
     pub fn reset_connections(&self) {
         let next = {

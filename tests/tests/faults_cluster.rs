@@ -7,14 +7,15 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use comcount_core::diagnostics::{Recorder, Reporter};
 use comcount_core::{ParticipantId, Store};
 use comcount_fred::FredStore;
 use comcount_tests::cluster::Cluster;
 use comcount_tests::cluster_admin::{
-    Node, await_role, command, keys_in_slot, primaries, replica_of, role_within, slot_of,
+    SlotMove, await_role, command, move_slot, primaries, replica_of, role_within, slot_of,
+    where_keys_are,
 };
 use comcount_tests::conformance::Requests;
 use comcount_tests::faulty_fleet::{FaultyFleet, run};
@@ -89,22 +90,6 @@ fn primary_killed() {
     });
 }
 
-/// Which node holds each key of `slot`, asked of every primary; panics on a key held by two.
-async fn where_keys_are(primaries: &[Node], slot: u16) -> BTreeMap<String, u16> {
-    let mut held: BTreeMap<String, u16> = BTreeMap::new();
-    for node in primaries {
-        for key in keys_in_slot(node.port, slot).await {
-            if let Some(other) = held.insert(key.clone(), node.port) {
-                panic!(
-                    "{key} is split across the nodes on {other} and {}",
-                    node.port
-                );
-            }
-        }
-    }
-    held
-}
-
 #[test]
 fn slot_resharded_under_load() {
     run(async {
@@ -113,97 +98,27 @@ fn slot_resharded_under_load() {
         let interval = fleet.interval();
         let any = cluster.ports()[0];
         let slot = slot_of(any, &fleet.interval_key(0)).await;
-        let primaries = primaries(any).await;
-        assert_eq!(primaries.len(), 3, "{primaries:?}");
-        let source = primaries
-            .iter()
-            .find(|n| n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
-            .unwrap()
-            .clone();
-        let target = primaries
-            .iter()
-            .find(|n| n.id != source.id)
-            .unwrap()
-            .clone();
-        let slot_arg = slot.to_string();
-
-        let () = command(
-            target.port,
-            &["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source.id],
-        )
-        .await
-        .unwrap();
-        let () = command(
-            source.port,
-            &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target.id],
-        )
-        .await
-        .unwrap();
         // One key at a time, a quarter interval apart, while the fleet keeps writing to them.
-        let mut moved = 0;
-        loop {
-            let held = where_keys_are(&primaries, slot).await;
-            let Some(key) = held
-                .iter()
-                .find(|(_, port)| **port == source.port)
-                .map(|(key, _)| key.clone())
-            else {
-                break;
-            };
-            let target_port = target.port.to_string();
-            let reply: redis::RedisResult<String> = command(
-                source.port,
-                &[
-                    "MIGRATE",
-                    "127.0.0.1",
-                    &target_port,
-                    "",
-                    "0",
-                    "5000",
-                    "KEYS",
-                    &key,
-                ],
-            )
-            .await;
-            let reply = reply.unwrap_or_else(|e| panic!("MIGRATE of {key} failed: {e}"));
-            assert!(
-                reply == "OK" || reply == "NOKEY",
-                "MIGRATE of {key}: {reply}"
-            );
-            moved += 1;
-            assert!(moved < 200, "the slot never emptied");
-            tokio::time::sleep(interval / 4).await;
-        }
-        // The new owner first, then the old one, then everyone else.
-        let mut order = vec![target.clone(), source.clone()];
-        order.extend(
-            primaries
-                .iter()
-                .filter(|n| n.id != source.id && n.id != target.id)
-                .cloned(),
-        );
-        for node in &order {
-            let () = command(
-                node.port,
-                &["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target.id],
-            )
-            .await
-            .unwrap();
-        }
-        let fault_end = Instant::now();
+        let resharded = move_slot(any, slot, interval / 4).await;
+        let SlotMove {
+            source,
+            target,
+            moved,
+            ..
+        } = &resharded;
         eprintln!(
             "moved {moved} keys of slot {slot} from {} to {}",
             source.port, target.port
         );
         assert!(
-            moved >= 3,
+            *moved >= 3,
             "only {moved} keys moved: the slot was nearly empty"
         );
 
-        fleet.assert_recovers(fault_end, interval * 2).await;
+        fleet.assert_recovers(resharded.done, interval * 2).await;
         let report = fleet.finish(Writes::Kept).await;
         // Every key of the counter is on the new owner, and only there.
-        let held = where_keys_are(&primaries, slot).await;
+        let held = where_keys_are(&resharded.primaries, slot).await;
         assert!(!held.is_empty());
         assert!(
             held.values().all(|port| *port == target.port),

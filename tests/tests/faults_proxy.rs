@@ -25,16 +25,6 @@ async fn fleet_behind_a_proxy(tag: &str) -> (RedisServer, Proxy, FaultyFleet) {
     (server, proxy, fleet)
 }
 
-/// Waits until the proxy's one-shot faults reach `done`; returns when they did.
-async fn struck(proxy: &Proxy, done: u64) -> Instant {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while proxy.faults_done() < done {
-        assert!(Instant::now() < deadline, "the proxy's fault never struck");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    Instant::now()
-}
-
 #[test]
 fn replies_delayed_past_the_flush_timeout() {
     run(async {
@@ -84,7 +74,7 @@ async fn lose_replies(tag: &str, strike: fn(&Proxy)) {
     let (_server, proxy, fleet) = fleet_behind_a_proxy(tag).await;
     for done in 1..=4 {
         strike(&proxy);
-        let fault_end = struck(&proxy, done).await;
+        let fault_end = proxy.struck(done).await;
         fleet.assert_recovers(fault_end, fleet.interval() * 2).await;
     }
     let report = fleet.finish(Writes::Kept).await;
