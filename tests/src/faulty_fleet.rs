@@ -1,36 +1,42 @@
-//! A fleet of counters that keeps counting while a test breaks the way to Redis.
+//! A fleet of counters, or of counter families, that keeps counting while a test breaks the
+//! way to Redis.
 //!
 //! Each participant's store is wrapped in a [`RecordingStore`], which records every flush the
 //! moment it is sent and how it ended: its reply or error, or cut off when the counter gave up
 //! on it at its flush timeout (a cut flush may well have run on the server). A reader task
 //! meanwhile reads the interval keys straight from the servers as the intervals close, before
-//! they expire.
+//! they expire: a counter's totals, or each partition's hash of a family.
 //!
-//! [`FaultyFleet::finish`] hands all that to the [`invariants`](crate::invariants), which check
-//! that nothing was counted twice. [`FaultyFleet::assert_recovers`] measures how soon every
-//! participant completed a flush after the fault ended.
+//! [`FaultyFleet::finish`] hands all that to the [`invariants`](crate::invariants), which check,
+//! key by key, that nothing was counted twice. [`FaultyFleet::assert_recovers`] measures how
+//! soon every participant completed a flush of each of its key spaces after the fault ended.
 
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::Recorder;
-use comcount_core::{Counter, KeySpace, ParticipantId, Store};
+use comcount_core::{Builder, Counter, Family, KeyCounter, KeySpace, ParticipantId, Store, keys};
 use comcount_fred::FredStore;
 use comcount_redis_rs::RedisStore;
 use tokio::task::JoinHandle;
 
 use crate::cluster::Cluster;
 use crate::connect;
-use crate::invariants::{Mark, Participant, Report, Writes};
+use crate::invariants::{Mark, Participant, PerKey, Report, Writes};
+use crate::proxy::Proxy;
 use crate::reader::{self, ReadFrom, Reads};
 use crate::recording::{FlushRecords, RecordingStore};
+use crate::server::RedisServer;
 use crate::settings;
+use crate::zipf::Zipf;
 
-/// The counter every fleet counts with.
+/// The counter or family every fleet counts with.
 const NAME: &str = "faults";
 
 /// How long a fleet may take to get going before a fault: every participant completes a flush.
@@ -38,6 +44,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How many intervals a fault test must have read from Redis for its checks to mean something.
 const INTERVALS_READ: usize = 4;
+
+/// How many increments a family's counting thread makes between two pauses.
+const BURST: usize = 4;
 
 /// Runs one fault test on a runtime of its own, one test of the binary at a time: the checks
 /// measure recovery in real time, and two fleets at once on a small machine would only measure
@@ -53,47 +62,136 @@ pub fn run<F: Future<Output = ()>>(test: F) {
         .block_on(test);
 }
 
+/// What a fleet counts into.
+#[derive(Clone, Copy, Debug)]
+pub enum Counting {
+    /// One counter, by 1 to 5 at a time.
+    Counter,
+    /// A family; each increment is for a key drawn from a skewed spread.
+    Family(FamilyShape),
+}
+
+/// A family's keys and partitions.
+#[derive(Clone, Copy, Debug)]
+pub struct FamilyShape {
+    /// How many keys: `key-0000`, `key-0001`, … from the hottest to the rarest.
+    pub keys: usize,
+    /// Over how many partitions.
+    pub partitions: u32,
+    /// The exponent of the spread ([`Zipf`]): 1 makes a few keys hot and most rare.
+    pub skew: f64,
+    /// How many intervals a key may go unused before it is evicted.
+    pub evict_after: u32,
+}
+
+/// A participant's handle on what it counts into.
+enum Handle {
+    Counter(Counter),
+    /// A family, and a handle on its hottest key, which is counted through the handle.
+    Family {
+        family: Family,
+        hottest: KeyCounter,
+    },
+}
+
+impl Handle {
+    fn close(&self) {
+        match self {
+            Handle::Counter(counter) => counter.close(),
+            Handle::Family { family, .. } => family.close(),
+        }
+    }
+
+    /// The group total the participant knows for `key` (the empty key for a counter).
+    fn group_total(&self, key: &str) -> Option<u64> {
+        match self {
+            Handle::Counter(counter) => counter.group_total(),
+            Handle::Family { hottest, .. } if key == hottest.key() => hottest.group_total(),
+            Handle::Family { family, .. } => family.group_total(key),
+        }
+    }
+
+    /// What the participant holds unsent for `key`.
+    fn buffered(&self, key: &str) -> u64 {
+        match self {
+            Handle::Counter(counter) => counter.buffered(),
+            Handle::Family { family, .. } => family.buffered(key),
+        }
+    }
+}
+
 struct Member {
     id: ParticipantId,
     store: String,
-    counter: Counter,
+    handle: Arc<Handle>,
     worker: Option<JoinHandle<()>>,
     recorder: Recorder,
-    /// What its thread counted into it.
-    counted: Arc<AtomicU64>,
 }
 
 /// Participants counting together, all the time, through whatever the test does.
 pub struct FaultyFleet {
     interval: Duration,
     prefix: String,
+    counting: Counting,
+    /// The keys counted, hottest first: a counter's one key is the empty one.
+    keys: Arc<[String]>,
+    /// How many participants join a server or cluster.
+    size: usize,
     flush_timeout: Duration,
     resend_window: Option<Duration>,
     records: FlushRecords,
     members: Vec<Member>,
     reads: Reads,
+    /// Group totals the participants showed, by key, to be checked against the replies.
+    shown: BTreeSet<(String, u64)>,
     stop: Arc<AtomicBool>,
-    threads: Vec<thread::JoinHandle<()>>,
+    /// Each participant's counting thread, which returns what it counted, key by key.
+    threads: Vec<thread::JoinHandle<Vec<u64>>>,
     reader: Option<JoinHandle<()>>,
 }
 
 impl FaultyFleet {
-    /// An empty fleet at the test interval, with the default flush timeout (the interval, kept
-    /// within 100 ms – 2 s) and resend window.
+    /// An empty fleet of one counter at the test interval, with the default flush timeout
+    /// (the interval, kept within 100 ms – 2 s) and resend window, that joins six participants
+    /// to a server or cluster.
     pub fn new(tag: &str) -> Self {
+        Self::counting(tag, Counting::Counter)
+    }
+
+    /// As [`new`](Self::new), counting into a family of `shape`.
+    pub fn family(tag: &str, shape: FamilyShape) -> Self {
+        Self::counting(tag, Counting::Family(shape))
+    }
+
+    fn counting(tag: &str, counting: Counting) -> Self {
         let interval = settings::interval();
+        let keys = match counting {
+            Counting::Counter => vec![String::new()],
+            Counting::Family(shape) => (0..shape.keys).map(|i| format!("key-{i:04}")).collect(),
+        };
         Self {
             interval,
             prefix: settings::unique_prefix(tag),
+            counting,
+            keys: keys.into(),
+            size: 6,
             flush_timeout: interval.clamp(Duration::from_millis(100), Duration::from_secs(2)),
             resend_window: None,
             records: FlushRecords::new(),
             members: Vec::new(),
             reads: Reads::default(),
+            shown: BTreeSet::new(),
             stop: Arc::default(),
             threads: Vec::new(),
             reader: None,
         }
+    }
+
+    /// Joins `size` participants to a server or cluster, instead of six.
+    pub fn participants(mut self, size: usize) -> Self {
+        assert!(size > 0, "a fleet needs participants");
+        self.size = size;
+        self
     }
 
     /// Resends unanswered flushes for `window` only (before any participant joins).
@@ -114,13 +212,62 @@ impl FaultyFleet {
     }
 
     /// The counter's keys.
+    ///
+    /// # Panics
+    ///
+    /// For a family, which has a key space per partition ([`spaces`](Self::spaces)).
     pub fn space(&self) -> KeySpace {
+        assert!(
+            matches!(self.counting, Counting::Counter),
+            "a family has a key space per partition"
+        );
         KeySpace::counter(&self.prefix, NAME)
     }
 
     /// The key of the counter's interval `n`.
     pub fn interval_key(&self, n: u64) -> String {
         self.space().interval(n)
+    }
+
+    /// Every key space the fleet flushes to: the counter's, or each partition's.
+    pub fn spaces(&self) -> Vec<KeySpace> {
+        match self.counting {
+            Counting::Counter => vec![self.space()],
+            Counting::Family(shape) => (0..shape.partitions)
+                .map(|p| KeySpace::partition(&self.prefix, NAME, p))
+                .collect(),
+        }
+    }
+
+    /// The keys counted, hottest first (a counter's one key is the empty one).
+    pub fn keys(&self) -> &[String] {
+        &self.keys
+    }
+
+    /// The key space of `key`: the counter's, or its partition's.
+    pub fn space_of(&self, key: &str) -> KeySpace {
+        match self.counting {
+            Counting::Counter => self.space(),
+            Counting::Family(shape) => KeySpace::partition(
+                &self.prefix,
+                NAME,
+                keys::partition_of(key, shape.partitions),
+            ),
+        }
+    }
+
+    /// The hottest key of each key space, in the order of [`spaces`](Self::spaces).
+    pub fn hottest_keys(&self) -> Vec<&str> {
+        self.spaces()
+            .iter()
+            .map(|space| {
+                self.keys
+                    .iter()
+                    .find(|key| self.space_of(key) == *space)
+                    .unwrap_or_else(|| panic!("no key of the fleet is in {space:?}"))
+                    .as_str()
+            })
+            .collect()
     }
 
     /// Adds a participant on `store`; its worker starts at once, and idles until the fleet
@@ -130,71 +277,146 @@ impl FaultyFleet {
         let recorder = Recorder::new();
         let id = ParticipantId::random();
         let name = store.name().to_owned();
-        let mut builder = Counter::builder(NAME, self.interval)
+        let store = RecordingStore::new(store, member, self.records.clone());
+        let (handle, worker) = match self.counting {
+            Counting::Counter => {
+                let builder = self.configure(Counter::builder(NAME, self.interval), id, &recorder);
+                let (counter, worker) = builder.build(store, TokioTimer::new()).unwrap();
+                (Handle::Counter(counter), worker)
+            }
+            Counting::Family(shape) => {
+                let builder = Family::builder(NAME, self.interval)
+                    .partitions(shape.partitions)
+                    .max_keys(shape.keys)
+                    .evict_after(self.interval * shape.evict_after);
+                let builder = self.configure(builder, id, &recorder);
+                let (family, worker) = builder.build(store, TokioTimer::new()).unwrap();
+                let hottest = family.counter(&self.keys[0]).unwrap();
+                (Handle::Family { family, hottest }, worker)
+            }
+        };
+        self.members.push(Member {
+            id,
+            store: name,
+            handle: Arc::new(handle),
+            worker: Some(tokio::spawn(worker)),
+            recorder,
+        });
+    }
+
+    /// The fleet's settings on a counter's or a family's builder.
+    fn configure<K>(
+        &self,
+        builder: Builder<K>,
+        id: ParticipantId,
+        recorder: &Recorder,
+    ) -> Builder<K> {
+        let builder = builder
             .prefix(&self.prefix)
             .participant(id)
             .diagnostics(recorder.clone())
             .flush_timeout(self.flush_timeout);
-        if let Some(window) = self.resend_window {
-            builder = builder.resend_window(window);
+        match self.resend_window {
+            Some(window) => builder.resend_window(window),
+            None => builder,
         }
-        let (counter, worker) = builder
-            .build(
-                RecordingStore::new(store, member, self.records.clone()),
-                TokioTimer::new(),
-            )
-            .unwrap();
-        self.members.push(Member {
-            id,
-            store: name,
-            counter,
-            worker: Some(tokio::spawn(worker)),
-            recorder,
-            counted: Arc::default(),
-        });
     }
 
-    /// Six participants on one standalone server (or a proxy in front of it): three redis-rs
-    /// connection managers, two fred clients and a fred pool, all of which reconnect.
+    /// The fleet's participants on one standalone server (or a proxy in front of it), in turn
+    /// a redis-rs connection manager, a fred client, a connection manager, a fred pool, all
+    /// of which reconnect: six make three managers, two fred clients and a pool.
     pub async fn join_standalone(&mut self, url: &str) {
-        for _ in 0..3 {
-            self.join(RedisStore::new(connect::manager(url).await));
+        for i in 0..self.size {
+            match i % 4 {
+                0 | 2 => self.join(RedisStore::new(connect::manager(url).await)),
+                1 => self.join(FredStore::new(connect::fred_client(url).await)),
+                _ => self.join(FredStore::new(connect::fred_pool(url, 2).await)),
+            }
         }
-        for _ in 0..2 {
-            self.join(FredStore::new(connect::fred_client(url).await));
-        }
-        self.join(FredStore::new(connect::fred_pool(url, 2).await));
     }
 
-    /// Six participants on a cluster: three redis-rs cluster connections, three clustered fred
-    /// clients.
+    /// The fleet's participants on a cluster, in turn a redis-rs cluster connection and a
+    /// clustered fred client.
     pub async fn join_cluster(&mut self, cluster: &Cluster) {
-        for _ in 0..3 {
-            self.join(RedisStore::new(connect::cluster(cluster).await));
-            self.join(FredStore::new(connect::fred_cluster(cluster).await));
+        for i in 0..self.size {
+            if i % 2 == 0 {
+                self.join(RedisStore::new(connect::cluster(cluster).await));
+            } else {
+                self.join(FredStore::new(connect::fred_cluster(cluster).await));
+            }
         }
     }
 
-    /// Starts counting (a thread per participant, incrementing by 1 to 5 every 1 to 3 ms) and
-    /// reading, then waits until every participant has completed a flush, and two more
-    /// intervals.
+    /// A server, a proxy in front of it, and the fleet counting through the proxy (started:
+    /// see [`start`](Self::start)), read from the server itself.
+    pub async fn behind_a_proxy(mut self) -> (RedisServer, Proxy, FaultyFleet) {
+        let server = RedisServer::standalone();
+        let upstream: SocketAddr = ([127, 0, 0, 1], server.port()).into();
+        let proxy = Proxy::start(upstream).await.unwrap();
+        self.join_standalone(&proxy.url()).await;
+        self.start(ReadFrom::Server(server.port())).await;
+        (server, proxy, self)
+    }
+
+    /// The fleet on `cluster`, started (see [`start`](Self::start)) and read from every node.
+    pub async fn on_cluster(mut self, cluster: &Cluster) -> FaultyFleet {
+        self.join_cluster(cluster).await;
+        self.start(ReadFrom::Cluster(cluster.ports())).await;
+        self
+    }
+
+    /// Starts counting (a thread per participant) and reading, then waits until every
+    /// participant has completed a flush of each key space, and two intervals more.
+    ///
+    /// A counter's thread increments by 1 to 5 every 1 to 3 ms. A family's first counts 1
+    /// into every key, so that every key is in use and flushed before any fault, then makes
+    /// bursts of increments by 1 to 5 for keys drawn from the [`Zipf`] spread every 1 to 3 ms,
+    /// the hottest key through a [`KeyCounter`] handle.
     pub async fn start(&mut self, from: ReadFrom) {
         assert!(!self.members.is_empty(), "a fleet needs participants");
+        let zipf = match self.counting {
+            Counting::Counter => Arc::new(Zipf::new(1, 0.0)),
+            Counting::Family(shape) => Arc::new(Zipf::new(shape.keys, shape.skew)),
+        };
         for member in &self.members {
-            let counter = member.counter.clone();
-            let (counted, stop) = (Arc::clone(&member.counted), Arc::clone(&self.stop));
+            let (handle, stop) = (Arc::clone(&member.handle), Arc::clone(&self.stop));
+            let (keys, zipf) = (Arc::clone(&self.keys), Arc::clone(&zipf));
             self.threads.push(thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let amount = fastrand::u64(1..=5);
-                    counted.fetch_add(amount, Ordering::SeqCst);
-                    counter.increment(amount);
-                    thread::sleep(Duration::from_millis(fastrand::u64(1..=3)));
+                let mut counted = vec![0; keys.len()];
+                match &*handle {
+                    Handle::Counter(counter) => {
+                        while !stop.load(Ordering::Relaxed) {
+                            let amount = fastrand::u64(1..=5);
+                            counted[0] += amount;
+                            counter.increment(amount);
+                            thread::sleep(Duration::from_millis(fastrand::u64(1..=3)));
+                        }
+                    }
+                    Handle::Family { family, hottest } => {
+                        for (key, counted) in keys.iter().zip(&mut counted) {
+                            *counted += 1;
+                            family.increment(key, 1);
+                        }
+                        while !stop.load(Ordering::Relaxed) {
+                            for _ in 0..BURST {
+                                let (rank, amount) = (zipf.sample(), fastrand::u64(1..=5));
+                                counted[rank] += amount;
+                                if rank == 0 {
+                                    hottest.increment(amount);
+                                } else {
+                                    family.increment(&keys[rank], amount);
+                                }
+                            }
+                            thread::sleep(Duration::from_millis(fastrand::u64(1..=3)));
+                        }
+                    }
                 }
+                counted
             }));
         }
         self.reader = Some(tokio::spawn(reader::read_loop(
             from,
-            self.space(),
+            self.spaces(),
             self.interval,
             self.reads.clone(),
             Arc::clone(&self.stop),
@@ -203,8 +425,8 @@ impl FaultyFleet {
         let times = self.await_recovery(started, START_TIMEOUT).await;
         assert!(
             times.iter().all(Option::is_some),
-            "not every participant completed a flush within {START_TIMEOUT:?} of starting: \
-             {times:?}"
+            "not every participant completed a flush of each key space within \
+             {START_TIMEOUT:?} of starting: {times:?}"
         );
         tokio::time::sleep(self.interval * 2).await;
     }
@@ -214,8 +436,9 @@ impl FaultyFleet {
         Mark::now(self.members.iter().map(|m| &m.recorder))
     }
 
-    /// How long after `since` each participant first completed a flush (applied, or a
-    /// duplicate of an applied one), waiting at most `patience`; `None` for one that did not.
+    /// How long after `since` each participant had completed a flush (applied, or a
+    /// duplicate of an applied one) of every key space, waiting at most `patience`; `None` for
+    /// one that did not.
     pub async fn await_recovery(
         &self,
         since: Instant,
@@ -231,23 +454,31 @@ impl FaultyFleet {
     }
 
     fn recovery(&self, since: Instant) -> Vec<Option<Duration>> {
-        let records = self.records.records();
-        (0..self.members.len())
-            .map(|member| {
-                records
-                    .iter()
-                    .filter(|r| r.member == member)
-                    .filter_map(|r| r.counted_at())
-                    .filter(|at| *at >= since)
-                    .min()
-                    .map(|at| at - since)
-            })
-            .collect()
+        let spaces = self.spaces();
+        self.records.inspect(|records| {
+            // Per participant and key space: its first flush counted at or after `since`.
+            let mut first: HashMap<(usize, &str), Instant> = HashMap::new();
+            for record in records {
+                if let Some(at) = record.counted_at().filter(|at| *at >= since) {
+                    let earliest = first.entry((record.member, record.space())).or_insert(at);
+                    *earliest = (*earliest).min(at);
+                }
+            }
+            (0..self.members.len())
+                .map(|member| {
+                    spaces
+                        .iter()
+                        .map(|space| first.get(&(member, space.base())).map(|at| *at - since))
+                        .collect::<Option<Vec<Duration>>>()
+                        .map(|times| times.into_iter().max().unwrap_or_default())
+                })
+                .collect()
+        })
     }
 
-    /// Checks that every participant completed a flush within `allowed` of `fault_end` (plus a
-    /// margin for a busy machine: one interval and 250 ms), and keeps counting two intervals
-    /// more.
+    /// Checks that every participant completed a flush of each key space within `allowed` of
+    /// `fault_end` (plus a margin for a busy machine: one interval and 250 ms), and keeps
+    /// counting two intervals more.
     pub async fn assert_recovers(&self, fault_end: Instant, allowed: Duration) {
         let margin = self.interval + Duration::from_millis(250);
         let times = self
@@ -262,13 +493,14 @@ impl FaultyFleet {
                 .records
                 .of_member_since(index, fault_end)
                 .iter()
-                .take(12)
+                .take(24)
                 .map(|r| r.describe(fault_end))
                 .collect();
             assert!(
                 time.is_some_and(|t| t <= allowed + margin),
-                "{} participant {} did not complete a flush within {allowed:?} (+ {margin:?}) \
-                 of the fault's end: {time:?}; its flushes since: {since:#?}",
+                "{} participant {} did not complete a flush of each key space within \
+                 {allowed:?} (+ {margin:?}) of the fault's end: {time:?}; its flushes since: \
+                 {since:#?}",
                 member.store,
                 member.id,
             );
@@ -276,18 +508,53 @@ impl FaultyFleet {
         tokio::time::sleep(self.interval * 2).await;
     }
 
+    /// Waits until every participant knows the group total of the hottest key of each key
+    /// space again (as a fault that lasts leaves them unknown), at most four intervals and
+    /// 5 s; notes them, for [`finish`](Self::finish) to check that each came from a reply.
+    pub async fn assert_totals_known_again(&mut self) {
+        let hottest: Vec<String> = self.hottest_keys().into_iter().map(str::to_owned).collect();
+        let patience = self.interval * 4 + Duration::from_secs(5);
+        let deadline = Instant::now() + patience;
+        loop {
+            let mut unknown = Vec::new();
+            for member in &self.members {
+                for key in &hottest {
+                    match member.handle.group_total(key) {
+                        Some(total) => {
+                            self.shown.insert((key.clone(), total));
+                        }
+                        None => unknown.push(format!("{} {}: {key:?}", member.store, member.id)),
+                    }
+                }
+            }
+            if unknown.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "group totals still unknown {patience:?} after the fleet recovered: {unknown:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Stops counting, reads the interval keys one last time, and checks every invariant
-    /// that holds with `writes` (see [`Report::assert_all`]).
+    /// that holds with `writes` (see [`Report::assert_all`]), the group totals the
+    /// participants were seen to show, and, for a family, that Redis was read to hold a total
+    /// for every one of its keys.
     pub async fn finish(mut self, writes: Writes) -> Report {
         self.stop.store(true, Ordering::SeqCst);
-        for thread in self.threads.drain(..) {
-            thread.join().unwrap();
-        }
+        let counted: Vec<Vec<u64>> = self
+            .threads
+            .drain(..)
+            .map(|thread| thread.join().unwrap())
+            .collect();
         if let Some(reader) = self.reader.take() {
             reader.await.unwrap();
         }
+        let closing = self.mark();
         for member in &self.members {
-            member.counter.close();
+            member.handle.close();
         }
         for member in &mut self.members {
             if let Some(worker) = member.worker.take() {
@@ -297,16 +564,27 @@ impl FaultyFleet {
                     .unwrap();
             }
         }
+        let keys = &self.keys;
         let participants = self
             .members
             .iter()
-            .map(|m| Participant {
+            .zip(counted)
+            .map(|(m, counted)| Participant {
                 id: m.id,
                 store: m.store.clone(),
                 recorder: m.recorder.clone(),
-                counted: m.counted.load(Ordering::SeqCst),
-                // What the counters still hold was never sent, and never will be.
-                buffered: m.counter.buffered(),
+                counted: keys
+                    .iter()
+                    .zip(counted)
+                    .filter(|(_, amount)| *amount > 0)
+                    .map(|(key, amount)| (key.clone(), amount))
+                    .collect(),
+                // What the participants still hold was never sent, and never will be.
+                buffered: keys
+                    .iter()
+                    .map(|key| (key.clone(), m.handle.buffered(key)))
+                    .filter(|(_, amount)| *amount > 0)
+                    .collect::<PerKey>(),
             })
             .collect();
         let report = Report::new(
@@ -314,9 +592,21 @@ impl FaultyFleet {
             self.records.records(),
             self.reads.all(),
             participants,
-        );
+        )
+        .closing_at(closing);
         report.assert_all(writes);
         report.assert_enough_evidence(INTERVALS_READ);
+        report.assert_key_totals_came_from_replies(&self.shown);
+        if let Counting::Family(shape) = self.counting {
+            let read = report.keys_read();
+            let unread: Vec<&String> = keys.iter().filter(|k| !read.contains(k.as_str())).collect();
+            assert!(
+                unread.is_empty(),
+                "{} of the family's {} keys were never read from Redis: {unread:?}",
+                unread.len(),
+                shape.keys
+            );
+        }
         report
     }
 }
@@ -326,7 +616,7 @@ impl Drop for FaultyFleet {
         // A test that fails half-way still stops its threads and workers.
         self.stop.store(true, Ordering::SeqCst);
         for member in &self.members {
-            member.counter.close();
+            member.handle.close();
         }
     }
 }

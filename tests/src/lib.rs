@@ -1,6 +1,7 @@
 //! What the integration tests share: Redis servers started for them, clients, key inspection,
-//! a flush recorder, the invariants every fleet test checks, the conformance suite every store
-//! passes, and what the benchmark examples have in common.
+//! a flush recorder, the invariants every fleet test checks (key by key, for counters and
+//! families), skewed keys, the conformance suite every store passes, and what the benchmark
+//! examples have in common.
 
 pub mod bench;
 pub mod cluster;
@@ -16,3 +17,4 @@ pub mod recording;
 pub mod server;
 pub mod settings;
 pub mod shared;
+pub mod zipf;

@@ -1,13 +1,16 @@
-//! Reading a counter's interval keys straight from Redis while a fleet counts, before they
-//! expire: the evidence of what Redis really held, for the [`invariants`](crate::invariants).
+//! Reading a counter's interval keys, or every partition's hashes of a family, straight from
+//! Redis while a fleet counts, before they expire: the evidence of what Redis really held, key
+//! by key, for the [`invariants`](crate::invariants).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use comcount_core::KeySpace;
+use comcount_core::{KeySpace, Layout};
 use redis::aio::MultiplexedConnection;
+
+use crate::invariants::PerKey;
 
 /// Milliseconds since the epoch by this machine's clock, which the test servers share.
 pub fn now_ms() -> u64 {
@@ -15,13 +18,16 @@ pub fn now_ms() -> u64 {
     u64::try_from(since.as_millis()).unwrap()
 }
 
-/// One value read from Redis.
+/// One interval key read from Redis: a counter's total, or a family partition's hash.
 #[derive(Clone, Debug)]
 pub struct Read {
+    /// The base of the key space read ([`KeySpace::base`]): the counter's, or the partition's.
+    pub space: String,
     /// The interval number of the key read.
     pub interval: u64,
-    /// Its value; `None` where the key did not exist.
-    pub value: Option<u64>,
+    /// The totals it held, key by key: a family partition's fields, or a counter's one total
+    /// under the empty key; `None` where the key did not exist.
+    pub totals: Option<PerKey>,
     /// When the read was sent, by the machine's clock in ms ([`now_ms`]).
     pub at_ms: u64,
     /// The server's port, where it was read from one server; `None` through a client.
@@ -53,11 +59,11 @@ pub enum ReadFrom {
     Cluster(Vec<u16>),
 }
 
-/// Reads the interval keys of `space` for the intervals around now, every third of an interval, until
-/// `stop`, then once more: the last closed intervals are final by then.
+/// Reads the interval keys of each of `spaces` for the intervals around now, every third of an
+/// interval, until `stop`, then once more: the last closed intervals are final by then.
 pub async fn read_loop(
     from: ReadFrom,
-    space: KeySpace,
+    spaces: Vec<KeySpace>,
     interval: Duration,
     reads: Reads,
     stop: Arc<AtomicBool>,
@@ -70,7 +76,7 @@ pub async fn read_loop(
     loop {
         let last = stop.load(Ordering::SeqCst);
         for &port in &ports {
-            read_round(port, cluster, &space, interval, &mut connections, &reads).await;
+            read_round(port, cluster, &spaces, interval, &mut connections, &reads).await;
         }
         if last {
             return;
@@ -82,7 +88,7 @@ pub async fn read_loop(
 async fn read_round(
     port: u16,
     cluster: bool,
-    space: &KeySpace,
+    spaces: &[KeySpace],
     interval: Duration,
     connections: &mut HashMap<u16, MultiplexedConnection>,
     reads: &Reads,
@@ -113,29 +119,57 @@ async fn read_round(
     let numbers: Vec<u64> = (now.saturating_sub(3)..=now + 1).collect();
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    for n in &numbers {
-        if cluster {
-            pipe.cmd("ASKING").ignore();
+    for space in spaces {
+        for n in &numbers {
+            if cluster {
+                pipe.cmd("ASKING").ignore();
+            }
+            let read = match space.layout() {
+                Layout::Family => "HGETALL",
+                _ => "GET",
+            };
+            pipe.cmd(read).arg(space.interval(*n));
         }
-        pipe.cmd("GET").arg(space.interval(*n));
     }
-    let values: Vec<redis::RedisResult<Option<u64>>> = match pipe.query_async(&mut connection).await
-    {
-        Ok(values) => values,
-        Err(_) => {
-            // A dead or hung connection: a new one next round.
-            connections.remove(&port);
-            return;
-        }
-    };
-    for (n, value) in numbers.iter().zip(values) {
+    let values: Vec<redis::RedisResult<redis::Value>> =
+        match pipe.query_async(&mut connection).await {
+            Ok(values) => values,
+            Err(_) => {
+                // A dead or hung connection: a new one next round.
+                connections.remove(&port);
+                return;
+            }
+        };
+    let keys = spaces
+        .iter()
+        .flat_map(|space| numbers.iter().map(move |n| (space, *n)));
+    for ((space, n), value) in keys.zip(values) {
+        // A node that does not hold the key answers with an error (MOVED, ASK).
         if let Ok(value) = value {
             reads.push(Read {
-                interval: *n,
-                value,
+                space: space.base().to_owned(),
+                interval: n,
+                totals: totals(space, n, value),
                 at_ms,
                 port: Some(port),
             });
+        }
+    }
+}
+
+/// What the interval key `n` of `space` held, as read: an integer, or a hash of totals.
+fn totals(space: &KeySpace, n: u64, value: redis::Value) -> Option<PerKey> {
+    let key = space.interval(n);
+    match space.layout() {
+        Layout::Family => {
+            let fields: HashMap<String, u64> = redis::from_redis_value(value)
+                .unwrap_or_else(|e| panic!("{key} does not hold totals: {e}"));
+            (!fields.is_empty()).then(|| fields.into_iter().collect())
+        }
+        _ => {
+            let total: Option<u64> = redis::from_redis_value(value)
+                .unwrap_or_else(|e| panic!("{key} does not hold a total: {e}"));
+            total.map(PerKey::counter)
         }
     }
 }

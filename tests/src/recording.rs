@@ -45,6 +45,9 @@ pub enum FlushEnd {
     },
 }
 
+/// A flush: the participant, the base of its key space, and its sequence number.
+pub type FlushId<'a> = (usize, &'a str, u64);
+
 /// One call to [`Store::flush`].
 #[derive(Clone, Debug)]
 pub struct FlushRecord {
@@ -95,12 +98,27 @@ impl FlushRecord {
         }
     }
 
-    /// The participant and sequence number: the flush this copy is one send of.
-    pub fn flush_id(&self) -> (usize, u64) {
-        (self.member, self.request.seq)
+    /// The base of the key space it was sent to ([`KeySpace::base`]): its counter's, or its
+    /// family partition's.
+    ///
+    /// [`KeySpace::base`]: comcount_core::KeySpace::base
+    pub fn space(&self) -> &str {
+        self.request.space.base()
     }
 
-    /// A line for a failure message: seq, expected interval, time since `since`, and the end.
+    /// The participant, key space and sequence number: the flush this copy is one send of
+    /// (each partition of a family numbers its flushes on its own).
+    pub fn flush_id(&self) -> FlushId<'_> {
+        (self.member, self.space(), self.request.seq)
+    }
+
+    /// Its entries, as key and amount (a counter's one entry under the empty key).
+    pub fn amounts(&self) -> impl Iterator<Item = (&str, u64)> + '_ {
+        self.request.entries.iter().map(|e| (&*e.key, e.amount))
+    }
+
+    /// A line for a failure message: key space, seq, expected interval, amount and keys, time
+    /// since `since`, and the end.
     pub fn describe(&self, since: Instant) -> String {
         let end = match &self.end {
             FlushEnd::InFlight => "in flight".to_owned(),
@@ -113,10 +131,12 @@ impl FlushRecord {
             .checked_duration_since(since)
             .map_or_else(|| "before".to_owned(), |d| format!("+{d:?}"));
         format!(
-            "seq {} expect {} amount {} sent {sent}: {end}",
+            "{} seq {} expect {} amount {} over {} keys sent {sent}: {end}",
+            self.space(),
             self.request.seq,
             self.request.expect,
-            self.request.amount()
+            self.request.amount(),
+            self.request.entries.len()
         )
     }
 }
@@ -272,6 +292,12 @@ impl FlushRecords {
     /// [`tally_only`](Self::tally_only).
     pub fn records(&self) -> Vec<FlushRecord> {
         self.lock().clone()
+    }
+
+    /// What `look` makes of every record so far, read in place: for a check repeated often
+    /// while the fleet runs, where a copy of every family flush would cost too much.
+    pub fn inspect<R>(&self, look: impl FnOnce(&[FlushRecord]) -> R) -> R {
+        look(&self.lock())
     }
 
     /// The flushes of participant `member` sent at or after `since`.

@@ -20,14 +20,10 @@ use comcount_tests::cluster_admin::{
 use comcount_tests::conformance::Requests;
 use comcount_tests::faulty_fleet::{FaultyFleet, run};
 use comcount_tests::invariants::Writes;
-use comcount_tests::reader::ReadFrom;
 use comcount_tests::{connect, settings};
 
 async fn fleet_on(cluster: &Cluster, tag: &str) -> FaultyFleet {
-    let mut fleet = FaultyFleet::new(tag);
-    fleet.join_cluster(cluster).await;
-    fleet.start(ReadFrom::Cluster(cluster.ports())).await;
-    fleet
+    FaultyFleet::new(tag).on_cluster(cluster).await
 }
 
 /// How long the replica of a killed primary may take to take over: the node timeout (5 s),

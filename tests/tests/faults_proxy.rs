@@ -4,25 +4,17 @@
 //! throughout; nothing may be counted twice, and every participant must be flushing again
 //! within two intervals of the fault's end.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use comcount_tests::faulty_fleet::{FaultyFleet, run};
 use comcount_tests::invariants::Writes;
 use comcount_tests::proxy::Proxy;
-use comcount_tests::reader::ReadFrom;
 use comcount_tests::recording::FlushEnd;
 use comcount_tests::server::RedisServer;
 
 /// A server, a proxy in front of it, and a fleet counting through the proxy.
 async fn fleet_behind_a_proxy(tag: &str) -> (RedisServer, Proxy, FaultyFleet) {
-    let server = RedisServer::standalone();
-    let upstream: SocketAddr = ([127, 0, 0, 1], server.port()).into();
-    let proxy = Proxy::start(upstream).await.unwrap();
-    let mut fleet = FaultyFleet::new(tag);
-    fleet.join_standalone(&proxy.url()).await;
-    fleet.start(ReadFrom::Server(server.port())).await;
-    (server, proxy, fleet)
+    FaultyFleet::new(tag).behind_a_proxy().await
 }
 
 #[test]

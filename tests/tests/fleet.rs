@@ -17,7 +17,7 @@ use comcount_core::{Counter, KeySpace, Outcome, ParticipantId, Store};
 use comcount_fred::FredStore;
 use comcount_redis_rs::RedisStore;
 use comcount_tests::inspect::{Inspector, RedisInspector};
-use comcount_tests::invariants::{self, Report, Writes};
+use comcount_tests::invariants::{self, PerKey, Report, Writes};
 use comcount_tests::reader::{Read, Reads, now_ms};
 use comcount_tests::recording::{FlushRecords, RecordingStore};
 use comcount_tests::settings::{self, sleep};
@@ -163,8 +163,8 @@ async fn run<I: Inspector>(mut fleet: Fleet, inspector: I) {
             id: p.id,
             store: p.store.clone(),
             recorder: p.recorder.clone(),
-            counted: p.counted.load(Ordering::SeqCst),
-            buffered: p.counter.buffered(),
+            counted: PerKey::counter(p.counted.load(Ordering::SeqCst)),
+            buffered: PerKey::counter(p.counter.buffered()),
         })
         .collect();
     let report = Report::new(interval, fleet.records.records(), reads.all(), participants);
@@ -188,8 +188,9 @@ async fn read_totals<I: Inspector>(inspector: &I, space: &KeySpace, reads: &Read
         };
         if let Some(state) = inspector.key(&key).await {
             reads.push(Read {
+                space: space.base().to_owned(),
                 interval: n,
-                value: Some(state.value.parse().unwrap()),
+                totals: Some(PerKey::counter(state.value.parse().unwrap())),
                 at_ms,
                 port: None,
             });
