@@ -232,7 +232,10 @@ async fn count_events(participant: Participant, truth: Arc<Truth>, stop: Arc<Ato
             if rank < SHOWN {
                 let partitions = participant.family.partitions();
                 let partition = partition_of(tenant, partitions);
-                truth.add(rank, flushed_into(participant.interval, partition, partitions));
+                truth.add(
+                    rank,
+                    flushed_into(participant.interval, partition, partitions),
+                );
             }
         }
     }

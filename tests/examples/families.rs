@@ -26,9 +26,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use comcount_core::Family;
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::{Diagnostics, Event};
-use comcount_core::Family;
 use comcount_redis_rs::RedisStore;
 use comcount_tests::bench::{info, redis_cpu};
 use comcount_tests::server::RedisServer;
