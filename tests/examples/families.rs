@@ -28,9 +28,8 @@ use std::time::{Duration, Instant};
 
 use comcount_core::Family;
 use comcount_core::clock::TokioTimer;
-use comcount_core::diagnostics::{Diagnostics, Event};
 use comcount_redis_rs::RedisStore;
-use comcount_tests::bench::{info, redis_cpu};
+use comcount_tests::bench::{Quiet, evalsha_calls, redis_cpu, until_idle};
 use comcount_tests::server::RedisServer;
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
@@ -103,19 +102,6 @@ async fn command(stats: &mut MultiplexedConnection, args: &[&str]) {
         .unwrap_or_else(|e| panic!("{args:?}: {e}"));
 }
 
-/// `EVALSHA` calls and microseconds so far, from `INFO commandstats`.
-async fn evalsha_stats(stats: &mut MultiplexedConnection) -> (u64, u64) {
-    let all = info(stats, "commandstats").await;
-    let line = all.get("cmdstat_evalsha").cloned().unwrap_or_default();
-    let field = |name: &str| {
-        line.split(',')
-            .find_map(|part| part.strip_prefix(name))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("calls="), field("usec="))
-}
-
 /// Clears the slow log and logs every script run from now on.
 async fn watch_slow_runs(stats: &mut MultiplexedConnection) {
     command(stats, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]).await;
@@ -149,25 +135,6 @@ async fn slowest_run(stats: &mut MultiplexedConnection) -> u64 {
         })
         .max()
         .unwrap_or(0)
-}
-
-/// Waits until Redis has worked off what a fleet queued: no `EVALSHA` for half a second.
-async fn until_idle(stats: &mut MultiplexedConnection) {
-    let mut last = evalsha_stats(stats).await.0;
-    for _ in 0..120 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = evalsha_stats(stats).await.0;
-        if now == last {
-            return;
-        }
-        last = now;
-    }
-}
-
-struct Quiet;
-
-impl Diagnostics for Quiet {
-    fn record(&self, _name: &str, _event: &Event<'_>) {}
 }
 
 // Fleets of families.
@@ -246,7 +213,7 @@ async fn fleet(url: &str, stats: &mut MultiplexedConnection, run: Fleet) -> Flee
     }
     tokio::time::sleep(interval * 3).await;
     watch_slow_runs(stats).await;
-    let (calls, _) = evalsha_stats(stats).await;
+    let calls = evalsha_calls(stats).await;
     let cpu = redis_cpu(stats).await;
     let started = Instant::now();
     let mut known = (0u64, 0u64);
@@ -262,7 +229,7 @@ async fn fleet(url: &str, stats: &mut MultiplexedConnection, run: Fleet) -> Flee
     }
     let elapsed = started.elapsed().as_secs_f64();
     let cores = (redis_cpu(stats).await - cpu) / elapsed;
-    let (calls_after, _) = evalsha_stats(stats).await;
+    let calls_after = evalsha_calls(stats).await;
     let slowest_us = slowest_run(stats).await;
     stop.store(true, Ordering::Relaxed);
     for driver in drivers {

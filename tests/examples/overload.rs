@@ -41,7 +41,7 @@ use comcount_core::{
     Counter, FlushReply, FlushRequest, KeySpace, Outcome, ParticipantId, Store, StoreError,
 };
 use comcount_redis_rs::RedisStore;
-use comcount_tests::bench::{Rules, info, redis_cpu};
+use comcount_tests::bench::{Quiet, Rules, evalsha_calls, redis_cpu, until_idle};
 use comcount_tests::server::RedisServer;
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
@@ -121,33 +121,6 @@ async fn connect(url: &str, response_timeout: Option<Duration>) -> MultiplexedCo
 
 // Redis's own figures.
 
-/// `EVALSHA` calls so far, from `INFO commandstats`.
-async fn evalsha_calls(stats: &mut MultiplexedConnection) -> u64 {
-    info(stats, "commandstats")
-        .await
-        .get("cmdstat_evalsha")
-        .and_then(|v| {
-            v.split(',')
-                .find_map(|part| part.strip_prefix("calls="))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// Waits until Redis has worked off what earlier runs queued: no `EVALSHA` for 300 ms.
-async fn until_idle(stats: &mut MultiplexedConnection) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last = evalsha_calls(stats).await;
-    while Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let now = evalsha_calls(stats).await;
-        if now == last {
-            return;
-        }
-        last = now;
-    }
-}
-
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -155,12 +128,6 @@ fn load_average() -> String {
 }
 
 // 1. Capacity: a closed loop at saturation.
-
-struct Quiet;
-
-impl Diagnostics for Quiet {
-    fn record(&self, _counter: &str, _event: &Event<'_>) {}
-}
 
 struct Capacity {
     applied_per_s: f64,

@@ -1,8 +1,10 @@
 //! What the benchmark examples share: the two rule sets they compare, and Redis's own figures.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use comcount_core::Builder;
+use comcount_core::diagnostics::{Diagnostics, Event};
 use redis::aio::MultiplexedConnection;
 
 /// The rules a fleet counts under: this library's defaults, or the original design's.
@@ -57,4 +59,38 @@ pub async fn redis_cpu(stats: &mut MultiplexedConnection) -> f64 {
             .unwrap_or_else(|| panic!("INFO cpu has no {key}"))
     };
     number("used_cpu_sys") + number("used_cpu_user")
+}
+
+/// `EVALSHA` calls so far, from `INFO commandstats`.
+pub async fn evalsha_calls(stats: &mut MultiplexedConnection) -> u64 {
+    info(stats, "commandstats")
+        .await
+        .get("cmdstat_evalsha")
+        .and_then(|v| {
+            v.split(',')
+                .find_map(|part| part.strip_prefix("calls="))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Waits until Redis has worked off what earlier runs queued: no `EVALSHA` for 300 ms.
+pub async fn until_idle(stats: &mut MultiplexedConnection) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = evalsha_calls(stats).await;
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = evalsha_calls(stats).await;
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
+/// Diagnostics that drop every event, for benchmarks that count in a store of their own.
+pub struct Quiet;
+
+impl Diagnostics for Quiet {
+    fn record(&self, _name: &str, _event: &Event<'_>) {}
 }
