@@ -1,4 +1,9 @@
 //! Building a counter or a family: its settings, checked, and the pair it is made of.
+//!
+//! [`Counter::builder`] and [`Family::builder`] start a [`Builder`]; this module names its type
+//! for code that passes one around. It is not re-exported at the crate root, so that a glob
+//! import of this crate and of a Redis client's prelude (fred's has a `Builder` too) do not
+//! collide.
 
 use std::fmt;
 use std::sync::Arc;

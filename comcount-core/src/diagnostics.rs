@@ -14,7 +14,7 @@
 //!
 //! A healthy counter says nothing above info. Events go to the [`log`] crate by default
 //! ([`LogDiagnostics`], target `comcount`, attributes as structured key-values); pass any
-//! [`Diagnostics`] to [`Builder::diagnostics`](crate::Builder::diagnostics) to send them
+//! [`Diagnostics`] to [`Builder::diagnostics`](crate::builder::Builder::diagnostics) to send them
 //! elsewhere, or a [`Recorder`] to look at them in tests.
 
 use std::fmt;

@@ -18,7 +18,7 @@ use crate::tally::Refusal;
 /// [`Counter`](crate::Counter) returns: the larger of the key's group total over the last
 /// closed interval and this participant's unsent amount for it. A key comes into being on
 /// its first increment (or [`counter`](Family::counter)), and is evicted after a while without use (see
-/// [`Builder::evict_after`](crate::Builder::evict_after)). The family's [`Worker`](crate::Worker)
+/// [`Builder::evict_after`](crate::builder::Builder::evict_after)). The family's [`Worker`](crate::Worker)
 /// sends all its keys in one flush per partition and interval, instead of one per key.
 ///
 /// Cheap to clone; clones count into the same keys.

@@ -54,7 +54,7 @@
 
 mod aim;
 mod batch;
-mod builder;
+pub mod builder;
 pub mod clock;
 mod counter;
 pub mod diagnostics;
@@ -79,7 +79,6 @@ mod timing;
 mod watch;
 mod worker;
 
-pub use builder::{Builder, ForCounter, ForFamily};
 pub use counter::Counter;
 pub use error::{AmountError, ConfigError, KeyError, StoreError, StoreErrorKind};
 pub use family::{Family, KeyCounter};

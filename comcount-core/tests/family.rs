@@ -12,12 +12,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use comcount_core::builder::{Builder, ForFamily};
 use comcount_core::clock::{Clock, VirtualClock};
 use comcount_core::diagnostics::{Recorder, Reporter};
 use comcount_core::keys::partition_of;
 use comcount_core::{
-    Builder, Family, FlushReply, FlushRequest, ForFamily, KeyError, KeySpace, MemoryStore, Outcome,
-    ParticipantId, Store, StoreError,
+    Family, FlushReply, FlushRequest, KeyError, KeySpace, MemoryStore, Outcome, ParticipantId,
+    Store, StoreError,
 };
 use common::runtime::run_virtual_until;
 use futures::FutureExt;

@@ -11,9 +11,10 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use comcount_core::builder::Builder;
 use comcount_core::clock::{Clock, VirtualClock};
 use comcount_core::diagnostics::{Diagnostics, Event};
-use comcount_core::{Builder, Counter, Outcome, ParticipantId};
+use comcount_core::{Counter, Outcome, ParticipantId};
 use common::sim::{Fault, SimStore};
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
@@ -201,10 +202,11 @@ mod staged {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
+    use comcount_core::builder::Builder;
     use comcount_core::clock::{Clock, Timer, VirtualClock};
     use comcount_core::diagnostics::{Diagnostics, Event, Recorder, Reporter};
     use comcount_core::{
-        Builder, Counter, FlushReply, FlushRequest, MemoryStore, Outcome, Store, StoreError,
+        Counter, FlushReply, FlushRequest, MemoryStore, Outcome, Store, StoreError,
     };
     use futures::FutureExt;
     use futures::executor::LocalPool;

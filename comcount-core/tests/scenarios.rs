@@ -5,9 +5,10 @@ mod common;
 
 use std::time::Duration;
 
+use comcount_core::builder::Builder;
 use comcount_core::clock::{Clock, Timer};
 use comcount_core::diagnostics::{Level, Recorder};
-use comcount_core::{Builder, Counter, FlushReply, Outcome, StoreError};
+use comcount_core::{Counter, FlushReply, Outcome, StoreError};
 use common::runtime::{Runtime, eventually};
 use common::scripted::{Action, ScriptedStore};
 

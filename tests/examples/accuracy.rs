@@ -21,9 +21,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use comcount_core::builder::Builder;
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::{Diagnostics, Event};
-use comcount_core::{Builder, Counter, KeySpace};
+use comcount_core::{Counter, KeySpace};
 use comcount_redis_rs::RedisStore;
 use comcount_tests::proxy::Proxy;
 use comcount_tests::server::RedisServer;

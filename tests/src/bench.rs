@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use comcount_core::Builder;
+use comcount_core::builder::Builder;
 use comcount_core::diagnostics::{Diagnostics, Event};
 use redis::aio::MultiplexedConnection;
 

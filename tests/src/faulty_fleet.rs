@@ -19,9 +19,10 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use comcount_core::builder::Builder;
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::Recorder;
-use comcount_core::{Builder, Counter, Family, KeyCounter, KeySpace, ParticipantId, Store, keys};
+use comcount_core::{Counter, Family, KeyCounter, KeySpace, ParticipantId, Store, keys};
 use comcount_fred::FredStore;
 use comcount_redis_rs::RedisStore;
 use tokio::task::JoinHandle;
