@@ -92,3 +92,8 @@ pub use worker::Worker;
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
+
+/// This crate's own README (the one crates.io shows), compiled and run as doctests.
+#[cfg(all(doctest, feature = "tokio"))]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeDoctests;

@@ -109,3 +109,8 @@ mod store;
 pub use comcount_core::*;
 pub use fred;
 pub use store::FredStore;
+
+/// The README crates.io shows, its examples compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -127,3 +127,8 @@ mod store;
 pub use comcount_core::*;
 pub use redis;
 pub use store::RedisStore;
+
+/// The README crates.io shows, its examples compiled as doctests.
+#[cfg(all(doctest, feature = "tokio"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
