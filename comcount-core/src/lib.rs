@@ -51,6 +51,7 @@
 //! assert_eq!(counters[1].group_total(), Some(10));
 //! # Ok::<(), comcount_core::ConfigError>(())
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod aim;
 mod batch;

@@ -101,6 +101,7 @@
 //! connection, a timeout or a command fred gave up on is
 //! [`Unanswered`](StoreErrorKind::Unanswered); a reply that is not the script's is
 //! [`Malformed`](StoreErrorKind::Malformed).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod errors;
 mod reply;

@@ -113,6 +113,7 @@
 //! is [`Refused`](StoreErrorKind::Refused), nothing written; a lost connection or a timeout is
 //! [`Unanswered`](StoreErrorKind::Unanswered); a reply that is not the script's is
 //! [`Malformed`](StoreErrorKind::Malformed).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(not(any(feature = "tokio", feature = "smol")))]
 compile_error!(

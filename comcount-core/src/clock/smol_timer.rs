@@ -8,6 +8,7 @@ use super::{Clock, Timer};
 /// The timer of smol, through `async-io`: it works on any executor, since `async-io` runs its
 /// own reactor when no other drives it.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(docsrs, doc(cfg(feature = "smol")))]
 pub struct SmolTimer {
     epoch: Instant,
 }
@@ -43,6 +44,7 @@ impl Timer for SmolTimer {
 
 /// The future of [`SmolTimer`]'s [`sleep`](Timer::sleep).
 #[derive(Debug)]
+#[cfg_attr(docsrs, doc(cfg(feature = "smol")))]
 pub struct SmolSleep(async_io::Timer);
 
 impl Future for SmolSleep {

@@ -7,6 +7,7 @@ use super::{Clock, Timer};
 /// Time is read from `tokio::time::Instant`, so a test runtime with paused time moves this
 /// clock as it moves tokio's. Sleeping needs a tokio runtime with its timer enabled.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub struct TokioTimer {
     epoch: tokio::time::Instant,
 }
