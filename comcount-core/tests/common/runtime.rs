@@ -1,5 +1,5 @@
 //! The same scenario on three runtimes: virtual time, tokio (with paused time) and smol (real
-//! time).
+//! time). The last two need the core's `tokio` and `smol` features.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -127,9 +127,11 @@ impl Runtime for Virtual {
 }
 
 /// tokio with paused time: deterministic, and time jumps while everything waits.
+#[cfg(feature = "tokio")]
 #[derive(Clone)]
 pub struct Tokio;
 
+#[cfg(feature = "tokio")]
 impl Tokio {
     pub fn run<F, Fut>(scenario: F)
     where
@@ -145,6 +147,7 @@ impl Tokio {
     }
 }
 
+#[cfg(feature = "tokio")]
 impl Runtime for Tokio {
     type Timer = comcount_core::clock::TokioTimer;
 
@@ -168,9 +171,11 @@ impl Runtime for Tokio {
 }
 
 /// smol on real time, with a short interval.
+#[cfg(feature = "smol")]
 #[derive(Clone)]
 pub struct Smol;
 
+#[cfg(feature = "smol")]
 impl Smol {
     pub fn run<F, Fut>(scenario: F)
     where
@@ -181,6 +186,7 @@ impl Smol {
     }
 }
 
+#[cfg(feature = "smol")]
 impl Runtime for Smol {
     type Timer = comcount_core::clock::SmolTimer;
 
