@@ -14,6 +14,10 @@ use crate::tally::Refusal;
 /// Cheap to clone; clones count into the same buffer. Built by [`Counter::builder`], together
 /// with the [`Worker`](crate::Worker) that flushes it.
 ///
+/// `Send`, `Sync`, `UnwindSafe` and `RefUnwindSafe`, as are [`Family`](crate::Family) and
+/// [`KeyCounter`](crate::KeyCounter): what a handle shares is atomics and state that no panic
+/// leaves half-changed, so a handle used inside `catch_unwind` is whole after it.
+///
 /// ```
 /// use std::time::Duration;
 /// use comcount_core::{Counter, MemoryStore, clock::VirtualClock};

@@ -1,6 +1,7 @@
 //! The state a counter's or a family's handles share with its background task.
 
 use std::future::poll_fn;
+use std::panic::RefUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
@@ -20,7 +21,7 @@ pub(crate) struct Shared {
     /// looked up.
     pub(crate) epoch: AtomicU64,
     started: AtomicBool,
-    start: AtomicWaker,
+    start: StartWaker,
     /// The background task's stop signal, until the counter is closed. Whatever the task sends
     /// to the store, it sends while holding this lock and seeing the signal still there, so
     /// that nothing is sent once [`close`](Shared::close) has returned.
@@ -36,7 +37,7 @@ impl Shared {
             keys,
             epoch: AtomicU64::new(0),
             started: AtomicBool::new(false),
-            start: AtomicWaker::new(),
+            start: StartWaker(AtomicWaker::new()),
             open: Mutex::new(Some(stop)),
         };
         (shared, stopped)
@@ -94,7 +95,7 @@ impl Shared {
     #[cold]
     fn start(&self) {
         if !self.started.swap(true, Ordering::AcqRel) {
-            self.start.wake();
+            self.start.0.wake();
         }
     }
 
@@ -104,7 +105,7 @@ impl Shared {
             if self.started.load(Ordering::Acquire) {
                 return Poll::Ready(());
             }
-            self.start.register(cx.waker());
+            self.start.0.register(cx.waker());
             if self.started.load(Ordering::Acquire) {
                 Poll::Ready(())
             } else {
@@ -114,6 +115,23 @@ impl Shared {
         .await
     }
 }
+
+/// Wakes the background task on the first increment.
+///
+/// `AtomicWaker` keeps its waker in an `UnsafeCell`, so it is not `RefUnwindSafe`, and neither
+/// would be the handles that share it. Asserting it here is sound, since no panic leaves it in
+/// a state a handle would see broken: handles only ever call `wake`, which takes the waker out
+/// and sets the state back before it calls it, so a waker that panics leaves it as any wake
+/// does. Only the background task calls `register`; a panic there ends that task, and the
+/// handles go on counting locally, as they do whenever it ends.
+///
+/// The rest of what handles share tolerates a panic anywhere as well: atomics, each changed in
+/// one step, and a mutex read through its poison. The handles' own panics (an amount refused)
+/// come before anything is counted.
+#[derive(Debug)]
+struct StartWaker(AtomicWaker);
+
+impl RefUnwindSafe for StartWaker {}
 
 /// Closes the counter or family when the last handle is dropped, as `close()` does. Every
 /// handle holds one reference.
