@@ -55,6 +55,7 @@
 
 mod aim;
 mod batch;
+mod boxed;
 pub mod builder;
 pub mod clock;
 mod counter;
@@ -80,6 +81,7 @@ mod timing;
 mod watch;
 mod worker;
 
+pub use boxed::BoxStore;
 pub use counter::Counter;
 pub use error::{AmountError, ConfigError, KeyError, StoreError, StoreErrorKind};
 pub use family::{Family, KeyCounter};
