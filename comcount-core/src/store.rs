@@ -410,6 +410,61 @@ impl FlushReply {
 ///   [`FlushRequest::fence_ttl_ms`].
 /// - The reply's [`previous_totals`](FlushReply::previous_totals) has one item per entry, in
 ///   the request's order, unless the outcome is [`Outcome::WrongInterval`].
+///
+/// # Writing one
+///
+/// `flush` may be written as an `async fn`; the compiler checks that its future is `Send`. A
+/// store that adds something around another one, here a count of the flushes it passes on:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::time::Duration;
+/// use comcount_core::diagnostics::Reporter;
+/// use comcount_core::{Counter, FlushReply, FlushRequest, MemoryStore, Store, StoreError};
+/// use comcount_core::clock::VirtualClock;
+/// use futures::executor::LocalPool;
+/// use futures::task::LocalSpawnExt;
+///
+/// struct Tallied<S> {
+///     inner: S,
+///     flushes: AtomicU64,
+/// }
+///
+/// impl<S: Store> Store for Tallied<S> {
+///     fn name(&self) -> &str {
+///         self.inner.name()
+///     }
+///
+///     async fn flush(
+///         &self,
+///         request: &FlushRequest,
+///         report: &Reporter,
+///     ) -> Result<FlushReply, StoreError> {
+///         self.flushes.fetch_add(1, Ordering::Relaxed);
+///         self.inner.flush(request, report).await
+///     }
+/// }
+///
+/// let clock = VirtualClock::new();
+/// let store = Arc::new(Tallied {
+///     inner: MemoryStore::with_clock(clock.clone()),
+///     flushes: AtomicU64::new(0),
+/// });
+/// // `Arc<S>` is a store too, so this one stays at hand.
+/// let (counter, worker) = Counter::builder("requests", Duration::from_secs(1))
+///     .build(store.clone(), clock)?;
+/// let mut pool = LocalPool::new();
+/// pool.spawner().spawn_local(worker).unwrap();
+///
+/// counter.increment(3);
+/// pool.run_until_stalled();
+/// assert_eq!(store.flushes.load(Ordering::Relaxed), 1);
+/// assert_eq!(store.inner.total("{requests}:0"), Some(3));
+/// # Ok::<(), comcount_core::ConfigError>(())
+/// ```
+///
+/// To hold a store whose type is chosen at run time, box it: [`BoxStore`](crate::BoxStore).
 pub trait Store: Send + Sync + 'static {
     /// A short name for diagnostics, such as `"memory"`, `"redis-rs"` or `"fred"`.
     fn name(&self) -> &str;
