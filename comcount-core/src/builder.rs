@@ -212,7 +212,8 @@ impl<K> Builder<K> {
         store: S,
         timer: T,
     ) -> (Arc<Lifetime>, Worker) {
-        let (shared, stopped) = Shared::new(Arc::clone(&settings.name), keys);
+        let clock: Arc<dyn Clock> = Arc::new(timer.clone());
+        let (shared, stopped) = Shared::new(Arc::clone(&settings.name), keys, clock);
         let shared = Arc::new(shared);
         let tick = Tick {
             first_seq: sequence::first(SystemClock.now()),

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::builder::Builder;
 use crate::error::AmountError;
@@ -39,7 +40,7 @@ impl Counter {
     /// Starts building a counter named `name` whose total runs over intervals of `interval`.
     ///
     /// Participants whose counters share a name (and a prefix, and a store) share a total.
-    pub fn builder(name: impl Into<String>, interval: std::time::Duration) -> Builder {
+    pub fn builder(name: impl Into<String>, interval: Duration) -> Builder {
         Builder::new(name.into(), interval)
     }
 
@@ -96,6 +97,42 @@ impl Counter {
     /// once the counter is closed or its worker has ended.
     pub fn group_total(&self) -> Option<u64> {
         self.slot.total.get()
+    }
+
+    /// How long ago a reply last brought the group's total, on the counter's timer (the one
+    /// given to [`build`](crate::builder::Builder::build)); `None` before the first.
+    ///
+    /// It keeps growing while the total is unknown, stale or after
+    /// [`close`](Counter::close): it tells how old the last known total is. A healthy counter's
+    /// total is refreshed about once an interval, so its age stays under two intervals;
+    /// [`group_total`](Counter::group_total) turns `None` once it passes two intervals (plus
+    /// the round trip, up to three more).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use comcount_core::{Counter, MemoryStore, clock::VirtualClock};
+    /// use futures::{executor::LocalPool, task::LocalSpawnExt};
+    ///
+    /// let clock = VirtualClock::new();
+    /// let (counter, worker) = Counter::builder("requests", Duration::from_secs(1))
+    ///     .build(MemoryStore::with_clock(clock.clone()), clock.clone())?;
+    /// let mut pool = LocalPool::new();
+    /// pool.spawner().spawn_local(worker).unwrap();
+    /// assert_eq!(counter.total_age(), None);
+    /// counter.increment(1);
+    /// // The first flush, in interval 0, brings no total: there is no interval before it.
+    /// pool.run_until_stalled();
+    /// assert_eq!(counter.total_age(), None);
+    /// // The next, in the middle of interval 1, brings interval 0's.
+    /// clock.advance(Duration::from_millis(1500));
+    /// pool.run_until_stalled();
+    /// assert_eq!(counter.total_age(), Some(Duration::ZERO));
+    /// clock.advance(Duration::from_millis(300));
+    /// assert_eq!(counter.total_age(), Some(Duration::from_millis(300)));
+    /// # Ok::<(), comcount_core::ConfigError>(())
+    /// ```
+    pub fn total_age(&self) -> Option<Duration> {
+        self.life.0.total_age(&self.slot)
     }
 
     /// This participant's amount not yet sent.

@@ -151,6 +151,15 @@ impl Family {
         self.look_up(key, |slot| slot.total.get()).flatten()
     }
 
+    /// How long ago a reply last brought the group's total for `key` (see
+    /// [`Counter::total_age`](crate::Counter::total_age)); `None` before the first, or for a
+    /// key the family does not hold (an evicted key included: its age starts again when it
+    /// comes back). Like [`count`](Family::count), it keeps the key from eviction.
+    pub fn total_age(&self, key: &str) -> Option<Duration> {
+        let shared = &self.life.0;
+        self.look_up(key, |slot| shared.total_age(slot)).flatten()
+    }
+
     /// This participant's amount not yet sent for `key`; 0 for a key it does not hold.
     pub fn buffered(&self, key: &str) -> u64 {
         self.life
@@ -251,6 +260,12 @@ impl KeyCounter {
     /// The group's total for this key over the last closed interval, when known.
     pub fn group_total(&self) -> Option<u64> {
         self.slot.total.get()
+    }
+
+    /// How long ago a reply last brought the group's total for this key (see
+    /// [`Counter::total_age`](crate::Counter::total_age)); `None` before the first.
+    pub fn total_age(&self) -> Option<Duration> {
+        self.life.0.total_age(&self.slot)
     }
 
     /// This participant's amount not yet sent for this key.

@@ -5,10 +5,12 @@ use std::panic::RefUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
+use std::time::Duration;
 
 use futures::channel::oneshot;
 use futures::task::AtomicWaker;
 
+use crate::clock::Clock;
 use crate::registry::Registry;
 use crate::slot::Slot;
 use crate::tally::Refusal;
@@ -17,6 +19,8 @@ use crate::tally::Refusal;
 pub(crate) struct Shared {
     pub(crate) name: Arc<str>,
     pub(crate) keys: Registry,
+    /// The worker's timer, to tell how old a total is.
+    clock: WorkerClock,
     /// The interval number the background task last flushed in, for noting when keys are
     /// looked up.
     pub(crate) epoch: AtomicU64,
@@ -30,11 +34,16 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// The shared state, and the receiving end of its stop signal for the background task.
-    pub(crate) fn new(name: Arc<str>, keys: Registry) -> (Self, oneshot::Receiver<()>) {
+    pub(crate) fn new(
+        name: Arc<str>,
+        keys: Registry,
+        clock: Arc<dyn Clock>,
+    ) -> (Self, oneshot::Receiver<()>) {
         let (stop, stopped) = oneshot::channel();
         let shared = Self {
             name,
             keys,
+            clock: WorkerClock(clock),
             epoch: AtomicU64::new(0),
             started: AtomicBool::new(false),
             start: StartWaker(AtomicWaker::new()),
@@ -49,6 +58,11 @@ impl Shared {
         let sender = self.lock_open().take();
         drop(sender);
         self.forget_totals();
+    }
+
+    /// How long ago a reply last brought `slot`'s total, on the worker's timer.
+    pub(crate) fn total_age(&self, slot: &Slot) -> Option<Duration> {
+        slot.total_age(self.clock.0.now())
     }
 
     /// Makes every key's group total unknown.
@@ -132,6 +146,19 @@ impl Shared {
 struct StartWaker(AtomicWaker);
 
 impl RefUnwindSafe for StartWaker {}
+
+/// The worker's timer, as a clock the handles read.
+struct WorkerClock(Arc<dyn Clock>);
+
+impl std::fmt::Debug for WorkerClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WorkerClock")
+    }
+}
+
+// Handles only read the time through it, to tell a total's age: a clock that panicked halfway
+// through a read leaves at worst one wrong age, never a count.
+impl RefUnwindSafe for WorkerClock {}
 
 /// Closes the counter or family when the last handle is dropped, as `close()` does. Every
 /// handle holds one reference.

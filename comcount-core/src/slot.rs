@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
 
 use crate::tally::{self, Buffer, GroupTotal, Refusal};
 
@@ -20,9 +21,13 @@ pub(crate) struct Slot {
     /// The last interval number (as the family's worker counts them) the key was looked up
     /// in; keys looked up lately stay in the flushes, others are evicted once idle.
     asked: AtomicU64,
-    /// When the total was last refreshed, in milliseconds of the worker's timer.
+    /// When a reply last brought a known total, in milliseconds of the worker's timer;
+    /// [`NEVER`] before the first.
     refreshed_ms: AtomicU64,
 }
+
+/// The refresh time of a key whose total was never known.
+const NEVER: u64 = u64::MAX;
 
 impl Slot {
     pub(crate) fn new(key: Arc<str>, asked: u64) -> Self {
@@ -32,7 +37,7 @@ impl Slot {
             started: AtomicBool::new(false),
             key,
             asked: AtomicU64::new(asked),
-            refreshed_ms: AtomicU64::new(0),
+            refreshed_ms: AtomicU64::new(NEVER),
         }
     }
 
@@ -67,11 +72,22 @@ impl Slot {
     /// Takes the group's total from a reply, at `now_ms` on the worker's timer.
     pub(crate) fn refresh(&self, total: Option<u64>, now_ms: u64) {
         self.total.set(total);
-        self.refreshed_ms.store(now_ms, Relaxed);
+        if total.is_some() {
+            self.refreshed_ms.store(now_ms.min(NEVER - 1), Relaxed);
+        }
     }
 
-    /// When the total was last refreshed, in milliseconds of the worker's timer.
+    /// When a reply last brought a known total, in milliseconds of the worker's timer (a
+    /// time far in the future when none did).
     pub(crate) fn refreshed_ms(&self) -> u64 {
         self.refreshed_ms.load(Relaxed)
+    }
+
+    /// How long before `now` a reply last brought a known total; `None` if none ever did.
+    pub(crate) fn total_age(&self, now: Duration) -> Option<Duration> {
+        match self.refreshed_ms() {
+            NEVER => None,
+            at => Some(now.saturating_sub(Duration::from_millis(at))),
+        }
     }
 }
