@@ -7,21 +7,41 @@
 //! | warn | `total went stale` | `counter`, `after` (ms) |
 //! | warn | `round trip slow` | `counter`, `round_trip` (ms), `interval` (ms) |
 //! | info | `round trip normal` | `counter`, `round_trip` (ms), `interval` (ms) |
+//! | info | `total fresh again` | `counter`, `stale_for` (ms) |
 //! | info | `counter started` | `counter`, `interval` (ms), `prefix`, `store` |
 //! | info | `counter stopped` | `counter` |
 //! | debug | `flush completed` | `counter`, `interval` (number), `amount`, `keys`, `count` |
 //! | debug | `script loaded` | `counter`, `sha` |
+//! | debug | `copy resent` | `counter`, `reason`, `copy`, `error` (when `reason` is `failed`) |
+//! | debug, trace | `flush answered` | `counter`, `outcome`, `interval` (number), `round_trip` (ms); trace when `outcome` is `applied` or `duplicate`, debug otherwise |
 //!
 //! A healthy counter says nothing above info. Events go to the [`log`] crate by default
 //! ([`LogDiagnostics`], target `comcount`, attributes as structured key-values); pass any
 //! [`Diagnostics`] to [`Builder::diagnostics`](crate::builder::Builder::diagnostics) to send them
 //! elsewhere, or a [`Recorder`] to look at them in tests.
+//!
+//! A pair of sinks is a sink that sends every event to both, so log lines and metrics (or more,
+//! as pairs of pairs) come from one counter:
+//!
+//! ```
+//! use std::time::Duration;
+//! use comcount_core::{Counter, MemoryStore, clock::VirtualClock};
+//! use comcount_core::diagnostics::{LogDiagnostics, Recorder};
+//!
+//! let recorder = Recorder::new();
+//! let (counter, worker) = Counter::builder("jobs", Duration::from_secs(1))
+//!     .diagnostics((LogDiagnostics, recorder.clone()))
+//!     .build(MemoryStore::new(), VirtualClock::new())?;
+//! # drop((counter, worker));
+//! # Ok::<(), comcount_core::ConfigError>(())
+//! ```
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::StoreError;
+use crate::store::Outcome;
 
 mod log_sink;
 mod recorder;
@@ -32,9 +52,9 @@ pub use recorder::{Record, Recorder};
 /// How much an event matters.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub enum Level {
-    /// Finer than debug; no event uses it yet.
+    /// Every answer of the store: finer than debug.
     Trace,
-    /// What a healthy counter does every interval.
+    /// What a healthy counter does every interval, and the copies it sends again.
     Debug,
     /// A counter starting or stopping, or its store answering in time again.
     Info,
@@ -130,6 +150,79 @@ pub enum Event<'a> {
         /// The script's SHA-1.
         sha: &'a str,
     },
+    /// After [`TotalWentStale`](Event::TotalWentStale), a reply brought a total again: said
+    /// once each time a stale total recovers.
+    TotalFreshAgain {
+        /// How long the total was unknown, since it went stale.
+        stale_for: Duration,
+    },
+    /// Another copy of a flush went out: the same flush, with the same sequence number and
+    /// amount, so that the store applies at most one of its copies.
+    CopyResent {
+        /// Why.
+        reason: ResendReason,
+        /// The copy's number within its flush: 2 for the first one sent again.
+        copy: u32,
+        /// When `reason` is [`ResendReason::Failed`], the error the last copy failed with.
+        error: Option<&'a StoreError>,
+    },
+    /// The store answered a copy of a flush. Errors are not answers: a copy that fails on the
+    /// way is sent again ([`CopyResent`](Event::CopyResent), reason `failed`), or its flush is
+    /// given up ([`FlushFailed`](Event::FlushFailed)).
+    ///
+    /// Trace when the copy was counted (applied, or a duplicate of one that was), debug when
+    /// not: a stale, fenced or wrong-interval answer is worth a look, a counted one is the
+    /// every-interval case [`FlushCompleted`](Event::FlushCompleted) also tells.
+    FlushAnswered {
+        /// What the store did with it.
+        outcome: Outcome,
+        /// The interval the store's clock was in.
+        interval: u64,
+        /// How long the copy took, from sending to answer, on the counter's timer.
+        round_trip: Duration,
+    },
+}
+
+/// Why a copy of a flush was sent again, in a [`CopyResent`](Event::CopyResent) event.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[non_exhaustive]
+pub enum ResendReason {
+    /// The last copy went unanswered for the flush timeout. It may still land; the store's
+    /// fence applies at most one copy.
+    Unanswered,
+    /// The last copy failed on the way, with an error worth sending again for (a dropped
+    /// connection, a cluster moving a slot, ...).
+    Failed,
+    /// The store's clock was more than one interval from the one the copy was aimed at.
+    WrongInterval,
+    /// This participant had already added to the interval the copy landed in: the flush goes
+    /// to a later one.
+    Fenced,
+}
+
+impl ResendReason {
+    /// The reason as the `reason` attribute writes it: `unanswered`, `failed`,
+    /// `wrong_interval` or `fenced`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResendReason::Unanswered => "unanswered",
+            ResendReason::Failed => "failed",
+            ResendReason::WrongInterval => "wrong_interval",
+            ResendReason::Fenced => "fenced",
+        }
+    }
+}
+
+/// An outcome as the `outcome` attribute of [`FlushAnswered`](Event::FlushAnswered) writes it:
+/// `applied`, `duplicate`, `stale`, `fenced` or `wrong_interval`.
+pub(crate) fn outcome_name(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Applied => "applied",
+        Outcome::Duplicate => "duplicate",
+        Outcome::Stale => "stale",
+        Outcome::Fenced => "fenced",
+        Outcome::WrongInterval => "wrong_interval",
+    }
 }
 
 /// The value of an event's attribute.
@@ -163,6 +256,10 @@ impl Event<'_> {
             | Event::CounterStopped
             | Event::RoundTripNormal { .. } => Level::Info,
             Event::FlushCompleted { .. } | Event::ScriptLoaded { .. } => Level::Debug,
+            Event::TotalFreshAgain { .. } => Level::Info,
+            Event::CopyResent { .. } => Level::Debug,
+            Event::FlushAnswered { outcome, .. } if outcome.is_counted() => Level::Trace,
+            Event::FlushAnswered { .. } => Level::Debug,
         }
     }
 
@@ -177,6 +274,9 @@ impl Event<'_> {
             Event::RoundTripSlow { .. } => "round trip slow",
             Event::RoundTripNormal { .. } => "round trip normal",
             Event::ScriptLoaded { .. } => "script loaded",
+            Event::TotalFreshAgain { .. } => "total fresh again",
+            Event::CopyResent { .. } => "copy resent",
+            Event::FlushAnswered { .. } => "flush answered",
         }
     }
 
@@ -232,6 +332,27 @@ impl Event<'_> {
                 f("interval", ms(interval));
             }
             Event::ScriptLoaded { sha } => f("sha", Value::Str(sha)),
+            Event::TotalFreshAgain { stale_for } => f("stale_for", ms(stale_for)),
+            Event::CopyResent {
+                reason,
+                copy,
+                error,
+            } => {
+                f("reason", Value::Str(reason.as_str()));
+                f("copy", Value::U64(u64::from(*copy)));
+                if let Some(error) = error {
+                    f("error", Value::Error(error));
+                }
+            }
+            Event::FlushAnswered {
+                outcome,
+                interval,
+                round_trip,
+            } => {
+                f("outcome", Value::Str(outcome_name(*outcome)));
+                f("interval", Value::U64(*interval));
+                f("round_trip", ms(round_trip));
+            }
         }
     }
 }
@@ -241,6 +362,14 @@ pub trait Diagnostics: Send + Sync + 'static {
     /// Takes one event of the counter named `counter`. Called from the counter's background
     /// task (never from `increment`); it should return quickly.
     fn record(&self, counter: &str, event: &Event<'_>);
+}
+
+/// Both sinks, each event to the first, then to the second. Nest pairs for more: `(a, (b, c))`.
+impl<A: Diagnostics, B: Diagnostics> Diagnostics for (A, B) {
+    fn record(&self, counter: &str, event: &Event<'_>) {
+        self.0.record(counter, event);
+        self.1.record(counter, event);
+    }
 }
 
 /// A counter's way to its [`Diagnostics`], with the counter's name attached. Stores receive one

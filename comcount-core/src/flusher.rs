@@ -24,7 +24,7 @@ use futures::future::{Either, select};
 use crate::aim::Aim;
 use crate::batch::{Ages, Batch};
 use crate::clock::Timer;
-use crate::diagnostics::{Event, Reporter};
+use crate::diagnostics::{Event, Reporter, ResendReason};
 use crate::error::StoreError;
 use crate::flight::{Answer, Flight};
 use crate::round_trip::RoundTrip;
@@ -75,10 +75,20 @@ enum Why {
     First,
     /// The last one went unanswered, or failed on the way: sent again within the resend
     /// window.
-    Resend,
+    Resend(ResendReason),
     /// The last one answered that it landed in an interval it could not be added to: sent
     /// again, aimed at another, for as long as the flush is kept.
-    Retarget,
+    Retarget(ResendReason),
+}
+
+impl Why {
+    /// Why a copy is sent again; `None` for the first.
+    fn resent(self) -> Option<ResendReason> {
+        match self {
+            Why::First => None,
+            Why::Resend(reason) | Why::Retarget(reason) => Some(reason),
+        }
+    }
 }
 
 /// How a copy's sending went.
@@ -212,6 +222,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         self.request.seq += 1;
         let started = self.timer.now();
         let mut flight = Flight::default();
+        let mut copies: u32 = 0;
         let mut plan = Plan {
             next_copy: Some((started, Why::First)),
             refusal: None,
@@ -226,7 +237,12 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             {
                 plan.next_copy = None;
                 if self.may_send(why, started, now) {
-                    match self.send(&mut flight, now) {
+                    let sent = self.send(&mut flight, now);
+                    if !matches!(sent, Sent::Closed) {
+                        copies = copies.saturating_add(1);
+                        self.report_resent(why, copies, &plan);
+                    }
+                    match sent {
                         Sent::Closed => return self.closed(&flight),
                         Sent::Answered(answer) => {
                             if let Some(settled) = self.take(answer, &mut flight, &mut plan) {
@@ -270,8 +286,23 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         let trying_for = now.saturating_sub(started);
         match why {
             Why::First => true,
-            Why::Retarget => trying_for < self.give_up_after(),
-            Why::Resend => trying_for < self.settings.policy.resend_window,
+            Why::Retarget(_) => trying_for < self.give_up_after(),
+            Why::Resend(_) => trying_for < self.settings.policy.resend_window,
+        }
+    }
+
+    /// Reports a copy sent again, the `copies`-th of its flush.
+    fn report_resent(&self, why: Why, copies: u32, plan: &Plan) {
+        if let Some(reason) = why.resent() {
+            let error = match reason {
+                ResendReason::Failed => plan.last_error.as_ref(),
+                _ => None,
+            };
+            self.report.emit(Event::CopyResent {
+                reason,
+                copy: copies,
+                error,
+            });
         }
     }
 
@@ -331,7 +362,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             flight.may_have_counted();
             self.round_trip.back_off();
             if plan.refusal.is_none() {
-                plan.next_copy = Some((now, Why::Resend));
+                plan.next_copy = Some((now, Why::Resend(ResendReason::Unanswered)));
             }
         }
         flight.awaiting() && now >= started + self.give_up_after()
@@ -356,10 +387,21 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                     wait = wait.max(round_trip);
                 }
                 plan.last_error = Some(error);
-                self.plan_copy(flight, plan, answer.sent, now + wait, Why::Resend);
+                self.plan_copy(
+                    flight,
+                    plan,
+                    answer.sent,
+                    now + wait,
+                    Why::Resend(ResendReason::Failed),
+                );
                 return None;
             }
         };
+        self.report.emit(Event::FlushAnswered {
+            outcome: reply.outcome,
+            interval: reply.interval,
+            round_trip,
+        });
         self.round_trip.sample(round_trip);
         self.aim.observe(&reply, answer.sent, now);
         self.alarm.answered(answer.sent, now, &self.report);
@@ -391,12 +433,14 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                     .aim
                     .delay_to_aim(now, self.last_added)
                     .unwrap_or(self.settings.interval);
-                self.plan_copy(flight, plan, answer.sent, now + wait, Why::Retarget);
+                let why = Why::Retarget(ResendReason::Fenced);
+                self.plan_copy(flight, plan, answer.sent, now + wait, why);
             }
             Outcome::WrongInterval => {
                 plan.wrong_in_a_row += 1;
                 let wait = self.after_wrong_interval(now, &mut plan.wrong_in_a_row);
-                self.plan_copy(flight, plan, answer.sent, now + wait, Why::Retarget);
+                let why = Why::Retarget(ResendReason::WrongInterval);
+                self.plan_copy(flight, plan, answer.sent, now + wait, why);
             }
         }
         None
@@ -500,10 +544,12 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         let now_ms = self.now_ms();
         // Not once closed: a reply that comes as the family closes must not bring a total
         // back after `close()` forgot them all.
-        self.shared
-            .while_open(|| self.batch.refresh(totals, now_ms));
+        let open = self
+            .shared
+            .while_open(|| self.batch.refresh(totals, now_ms))
+            .is_some();
         self.watch
-            .refreshed(totals.iter().any(Option::is_some), round_trip);
+            .refreshed(open && totals.iter().any(Option::is_some), round_trip);
     }
 
     /// What decides which keys the next flush takes, and which it forgets or evicts.

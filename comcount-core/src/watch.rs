@@ -32,6 +32,8 @@ pub(crate) struct Watch<T> {
     stale_at: Option<Duration>,
     /// When the total was last refreshed.
     refreshed_at: Duration,
+    /// When the total went stale, until a reply brings one again.
+    went_stale_at: Option<Duration>,
 }
 
 enum Woke<O> {
@@ -56,15 +58,22 @@ impl<T: Timer> Watch<T> {
             interval,
             stale_at: None,
             refreshed_at: Duration::ZERO,
+            went_stale_at: None,
         }
     }
 
     /// Notes that a reply refreshed the partition's totals (`known`: some of them are known);
-    /// the copy that brought them took `round_trip`.
+    /// the copy that brought them took `round_trip`. A known total after a stale one is
+    /// reported, once.
     pub(crate) fn refreshed(&mut self, known: bool, round_trip: Duration) {
         let now = self.timer.now();
         self.refreshed_at = now;
         self.stale_at = known.then(|| now + stale_after(self.interval, round_trip));
+        if known && let Some(went_stale_at) = self.went_stale_at.take() {
+            self.report.emit(Event::TotalFreshAgain {
+                stale_for: now.saturating_sub(went_stale_at),
+            });
+        }
     }
 
     /// Awaits `future`, or returns `None` once the counter is stopped. Meanwhile the total goes
@@ -107,8 +116,10 @@ impl<T: Timer> Watch<T> {
                 |_| false,
                 |members| members.iter().for_each(|slot| slot.total.set(None)),
             );
+            let now = self.timer.now();
+            self.went_stale_at = Some(now);
             self.report.emit(Event::TotalWentStale {
-                after: self.timer.now().saturating_sub(self.refreshed_at),
+                after: now.saturating_sub(self.refreshed_at),
             });
         }
     }
