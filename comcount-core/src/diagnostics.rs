@@ -18,7 +18,10 @@
 //! A healthy counter says nothing above info. Events go to the [`log`] crate by default
 //! ([`LogDiagnostics`], target `comcount`, attributes as structured key-values); pass any
 //! [`Diagnostics`] to [`Builder::diagnostics`](crate::builder::Builder::diagnostics) to send them
-//! elsewhere, or a [`Recorder`] to look at them in tests.
+//! elsewhere, or a [`Recorder`] to look at them in tests. With the `tracing` feature,
+//! [`TracingDiagnostics`] sends them to the [`tracing`](https://docs.rs/tracing) crate with typed
+//! fields; with the `metrics` feature, [`MetricsDiagnostics`] turns them into metrics through the
+//! [`metrics`](https://docs.rs/metrics) facade.
 //!
 //! A pair of sinks is a sink that sends every event to both, so log lines and metrics (or more,
 //! as pairs of pairs) come from one counter:
@@ -44,10 +47,18 @@ use crate::error::StoreError;
 use crate::store::Outcome;
 
 mod log_sink;
+#[cfg(feature = "metrics")]
+mod metrics_sink;
 mod recorder;
+#[cfg(feature = "tracing")]
+mod tracing_sink;
 
 pub use log_sink::LogDiagnostics;
+#[cfg(feature = "metrics")]
+pub use metrics_sink::MetricsDiagnostics;
 pub use recorder::{Record, Recorder};
+#[cfg(feature = "tracing")]
+pub use tracing_sink::TracingDiagnostics;
 
 /// How much an event matters.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
