@@ -1,0 +1,269 @@
+//! What an operator sees: the store's answers, the copies sent again, a stale total coming
+//! back, and the age of the group's total, on virtual time.
+#![allow(clippy::unwrap_used)] // a panic is how a test fails
+
+mod common;
+
+use std::time::Duration;
+
+use comcount_core::clock::{Clock, VirtualClock};
+use comcount_core::diagnostics::{Level, Record, Recorder};
+use comcount_core::{Counter, Family, FlushReply, MemoryStore, Outcome, StoreError};
+use common::runtime::run_virtual_until;
+use common::scripted::{Action, ScriptedStore};
+use futures::executor::LocalPool;
+use futures::task::LocalSpawnExt;
+
+const INTERVAL: Duration = Duration::from_secs(1);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A counter on a scripted store, its worker on a local pool driven by a virtual clock.
+struct Setup {
+    clock: VirtualClock,
+    pool: LocalPool,
+    store: ScriptedStore<VirtualClock>,
+    events: Recorder,
+    counter: Counter,
+}
+
+impl Setup {
+    fn new() -> Self {
+        let clock = VirtualClock::starting_at(Duration::from_secs(1_000));
+        let store = ScriptedStore::new(clock.clone());
+        let events = Recorder::new();
+        let (counter, worker) = Counter::builder("requests", INTERVAL)
+            .flush_timeout(ms(200))
+            .diagnostics(events.clone())
+            .build(store.clone(), clock.clone())
+            .unwrap();
+        let pool = LocalPool::new();
+        pool.spawner().spawn_local(worker).unwrap();
+        Self {
+            clock,
+            pool,
+            store,
+            events,
+            counter,
+        }
+    }
+
+    /// Runs the worker for `d` of virtual time.
+    fn run_for(&mut self, d: Duration) {
+        let until = self.clock.now() + d;
+        run_virtual_until(&mut self.pool, &self.clock, until);
+    }
+
+    /// A reply as the store would give it now.
+    fn reply_now(&self, outcome: Outcome) -> FlushReply {
+        let now = self.clock.now();
+        let n = (now.as_millis() / INTERVAL.as_millis()) as u64;
+        let phase = now - INTERVAL * n as u32;
+        FlushReply::new(outcome, n, phase, None)
+    }
+
+    fn with_message(&self, message: &str) -> Vec<Record> {
+        self.events.with_message(message)
+    }
+}
+
+fn lost() -> StoreError {
+    StoreError::unanswered("connection reset")
+}
+
+#[test]
+fn the_answers_and_the_copies_sent_again_are_reported() {
+    let mut s = Setup::new();
+    s.counter.increment(1);
+    s.run_for(INTERVAL);
+    s.events.clear();
+
+    // A copy goes unanswered past the flush timeout; the next one is applied.
+    s.store.then([Action::Hang, Action::Pass]);
+    s.run_for(INTERVAL);
+    let resent = s.with_message("copy resent");
+    assert_eq!(resent.len(), 1, "{:#?}", s.events.records());
+    assert_eq!(resent[0].level, Level::Debug);
+    assert_eq!(resent[0].attribute("reason"), Some("unanswered"));
+    assert_eq!(resent[0].attribute("copy"), Some("2"));
+    assert_eq!(resent[0].attribute("error"), None);
+    let answered = s.with_message("flush answered");
+    assert_eq!(answered.len(), 1);
+    assert_eq!(answered[0].level, Level::Trace);
+    assert_eq!(answered[0].attribute("outcome"), Some("applied"));
+    assert_eq!(answered[0].attribute("round_trip"), Some("0"));
+    assert_eq!(s.with_message("flush completed").len(), 1);
+
+    // A copy fails on the way; the next one is applied.
+    s.events.clear();
+    s.store.then([Action::Fail(lost), Action::Pass]);
+    s.run_for(INTERVAL);
+    let resent = s.with_message("copy resent");
+    assert_eq!(resent.len(), 1, "{:?}", s.events.messages());
+    assert_eq!(resent[0].attribute("reason"), Some("failed"));
+    assert_eq!(resent[0].attribute("copy"), Some("2"));
+    assert!(
+        resent[0]
+            .attribute("error")
+            .is_some_and(|e| e.contains("connection reset")),
+        "{resent:?}"
+    );
+    assert_eq!(s.with_message("flush completed").len(), 1);
+
+    // The store answers that the copy landed in the wrong interval: that answer is worth a
+    // look at debug, and so is the copy sent again for it.
+    s.events.clear();
+    s.store.then([
+        Action::Reply(s.reply_now(Outcome::WrongInterval)),
+        Action::Pass,
+    ]);
+    s.run_for(INTERVAL * 2);
+    let answered = s.with_message("flush answered");
+    let wrong: Vec<_> = answered
+        .iter()
+        .filter(|r| r.attribute("outcome") == Some("wrong_interval"))
+        .collect();
+    assert_eq!(wrong.len(), 1, "{answered:?}");
+    assert_eq!(wrong[0].level, Level::Debug);
+    let resent = s.with_message("copy resent");
+    assert_eq!(resent.len(), 1, "{:?}", s.events.messages());
+    assert_eq!(resent[0].attribute("reason"), Some("wrong_interval"));
+    assert!(
+        answered
+            .iter()
+            .any(|r| r.attribute("outcome") == Some("applied") && r.level == Level::Trace)
+    );
+
+    // None of it was worth more than debug.
+    assert!(
+        s.events.records().iter().all(|r| r.level <= Level::Debug),
+        "{:?}",
+        s.events.records()
+    );
+}
+
+#[test]
+fn a_healthy_counter_says_nothing_above_info() {
+    let mut s = Setup::new();
+    for _ in 0..10 {
+        s.counter.increment(1);
+        s.run_for(INTERVAL);
+    }
+    let records = s.events.records();
+    assert!(
+        records.iter().all(|r| r.level <= Level::Info),
+        "{records:?}"
+    );
+    // The first copy, sent before the counter knows the store's clock, is answered with the
+    // store's interval and sent again: once, at debug.
+    let resent = s.with_message("copy resent");
+    assert_eq!(resent.len(), 1, "{records:#?}");
+    assert_eq!(resent[0].attribute("reason"), Some("wrong_interval"));
+    let answered = s.with_message("flush answered");
+    assert_eq!(answered[0].attribute("outcome"), Some("wrong_interval"));
+    assert!(answered.len() >= 9, "{answered:?}");
+    assert!(
+        answered[1..]
+            .iter()
+            .all(|r| r.level == Level::Trace && r.attribute("outcome") == Some("applied")),
+        "{answered:?}"
+    );
+}
+
+#[test]
+fn a_stale_total_is_reported_fresh_again_once() {
+    let mut s = Setup::new();
+    s.counter.increment(1);
+    // The first flush brings no total (no interval before it), the second does.
+    s.run_for(INTERVAL * 2);
+    assert!(s.counter.group_total().is_some());
+    assert!(s.counter.total_age().unwrap() < INTERVAL);
+
+    // The store stops answering for a while: every copy hangs.
+    s.store.then((0..6).map(|_| Action::Hang));
+    let mut stale_seen = false;
+    for _ in 0..200 {
+        s.run_for(ms(50));
+        if s.counter.group_total().is_none() {
+            stale_seen = true;
+            // Unknown, but its age still tells how old the last known one is.
+            assert!(s.counter.total_age().unwrap() >= INTERVAL * 2);
+        }
+        if !s.with_message("total fresh again").is_empty() {
+            break;
+        }
+    }
+    assert!(stale_seen);
+    assert_eq!(s.with_message("total went stale").len(), 1);
+    let fresh = s.with_message("total fresh again");
+    assert_eq!(fresh.len(), 1, "{:?}", s.events.messages());
+    assert_eq!(fresh[0].level, Level::Info);
+    let stale_for: u64 = fresh[0].attribute("stale_for").unwrap().parse().unwrap();
+    assert!(stale_for > 0, "{fresh:?}");
+    assert!(s.counter.group_total().is_some());
+    assert!(s.counter.total_age().unwrap() < ms(50));
+    // The recovery was after the stale report.
+    let messages = s.events.messages();
+    let went = messages.iter().position(|m| *m == "total went stale");
+    let back = messages.iter().position(|m| *m == "total fresh again");
+    assert!(went < back, "{messages:?}");
+
+    // Once: the next replies say nothing more.
+    s.run_for(INTERVAL * 4);
+    assert_eq!(s.with_message("total fresh again").len(), 1);
+    assert_eq!(s.with_message("total went stale").len(), 1);
+}
+
+#[test]
+fn a_total_age_grows_on_the_counters_own_clock() {
+    let mut s = Setup::new();
+    assert_eq!(s.counter.total_age(), None);
+    s.counter.increment(1);
+    s.run_for(ms(10));
+    // The first reply brings no total: still never known.
+    assert_eq!(s.counter.group_total(), None);
+    assert_eq!(s.counter.total_age(), None);
+    s.run_for(INTERVAL + ms(500));
+    let age = s.counter.total_age().unwrap();
+    assert!(age <= INTERVAL, "{age:?}");
+    // Nothing runs between two readings: the age follows the clock alone.
+    s.clock.advance(ms(123));
+    assert_eq!(s.counter.total_age(), Some(age + ms(123)));
+    // After close the total is unknown, and its age keeps growing.
+    s.counter.close();
+    s.clock.advance(ms(1_000));
+    assert_eq!(s.counter.group_total(), None);
+    assert_eq!(s.counter.total_age(), Some(age + ms(1_123)));
+}
+
+#[test]
+fn a_familys_keys_each_have_their_total_age() {
+    let clock = VirtualClock::new();
+    let (family, worker) = Family::builder("tenants", INTERVAL)
+        .partitions(2)
+        .diagnostics(Recorder::new())
+        .build(MemoryStore::with_clock(clock.clone()), clock.clone())
+        .unwrap();
+    let mut pool = LocalPool::new();
+    pool.spawner().spawn_local(worker).unwrap();
+    family.increment("acme", 1);
+    let globex = family.counter("globex").unwrap();
+    globex.increment(2);
+    run_virtual_until(&mut pool, &clock, ms(10));
+    assert_eq!(family.total_age("acme"), None);
+    assert_eq!(globex.total_age(), None);
+
+    run_virtual_until(&mut pool, &clock, ms(2_000));
+    let acme = family.total_age("acme").unwrap();
+    let held = globex.total_age().unwrap();
+    assert!(acme < INTERVAL && held < INTERVAL, "{acme:?} {held:?}");
+    assert_eq!(family.total_age("globex"), Some(held));
+    assert_eq!(family.total_age("initech"), None);
+    assert!(family.group_total("initech").is_none());
+
+    clock.advance(ms(250));
+    assert_eq!(family.total_age("acme"), Some(acme + ms(250)));
+    assert_eq!(globex.total_age(), Some(held + ms(250)));
+}
