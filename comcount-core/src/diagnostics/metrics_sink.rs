@@ -38,6 +38,7 @@ use super::{Diagnostics, Event, outcome_name};
 /// # drop((counter, worker));
 /// # Ok::<(), comcount_core::ConfigError>(())
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 #[derive(Clone, Copy, Default, Debug)]
 pub struct MetricsDiagnostics;
 

@@ -24,6 +24,7 @@ use crate::error::StoreError;
 ///
 /// A `tracing-subscriber` filter such as `comcount=debug` shows the copies sent again and the
 /// store's answers that were not counted; `comcount=trace` every answer.
+#[cfg_attr(docsrs, doc(cfg(feature = "tracing")))]
 #[derive(Clone, Copy, Default, Debug)]
 pub struct TracingDiagnostics;
 
