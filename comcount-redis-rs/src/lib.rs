@@ -19,9 +19,17 @@
 //! | `connection-manager` | yes | redis-rs's reconnecting `redis::aio::ConnectionManager` |
 //! | `smol` | no | redis-rs on smol (`redis/smol-comp`) and `clock::SmolTimer` |
 //! | `cluster` | no | Redis Cluster through `redis::cluster_async::ClusterConnection` |
+//! | `tokio-rustls` | no | TLS (`rediss://`) on tokio through rustls (`redis/tokio-rustls-comp`), with ring as rustls's crypto provider |
+//! | `smol-rustls` | no | the same on smol (`redis/smol-rustls-comp`) |
+//! | `sentinel` | no | Redis Sentinel through `redis::sentinel` (`redis/sentinel`) |
 //!
 //! One of `tokio` or `smol` is needed. With both on, redis-rs uses tokio inside a tokio runtime
-//! and smol elsewhere.
+//! and smol elsewhere; with TLS and both runtimes, enable both TLS features.
+//!
+//! The TLS features trust the system's certificates; a private authority is added with
+//! `redis::Client::build_with_tls`. rustls picks ring by itself only while no other crate
+//! turns on another provider of its (aws-lc-rs); if one does, install one for the process at
+//! start, `rustls::crypto::ring::default_provider().install_default()`.
 //!
 //! # On tokio
 //!
