@@ -81,6 +81,16 @@
 //! live in one slot; the store sends each `EVALSHA` to the node of that slot and fred follows
 //! `MOVED` and `ASK` through resharding. `SCRIPT LOAD` goes to every primary.
 //!
+//! # Features
+//!
+//! | feature | default | gives |
+//! | --- | --- | --- |
+//! | `enable-rustls-ring` | no | TLS (`rediss://`) through rustls, with ring as rustls's crypto provider (`fred/enable-rustls-ring`) |
+//!
+//! With it, `Config::from_url("rediss://...")` trusts the system's certificates; a private
+//! authority goes in `Config::tls`, from a `rustls::ClientConfig` (fred re-exports rustls).
+//! Sentinel needs no feature: `ServerConfig::new_sentinel`.
+//!
 //! # Replayed commands
 //!
 //! fred writes a command again after a reconnection, up to `max_command_attempts` times (3 by
