@@ -1,7 +1,7 @@
 //! What the integration tests share: Redis servers started for them, clients, key inspection,
 //! a flush recorder, the invariants every fleet test checks (key by key, for counters and
-//! families), skewed keys, the conformance suite every store passes, and what the benchmark
-//! examples have in common.
+//! families), skewed keys, the conformance suite every store passes, a throwaway TLS authority,
+//! and what the benchmark examples have in common.
 
 pub mod bench;
 pub mod cluster;
@@ -17,4 +17,5 @@ pub mod recording;
 pub mod server;
 pub mod settings;
 pub mod shared;
+pub mod tls;
 pub mod zipf;

@@ -16,6 +16,10 @@ const START_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct RedisServer {
     port: u16,
     extra: Vec<String>,
+    /// The CA's certificate (PEM) when the server speaks TLS only.
+    tls: Option<Vec<u8>>,
+    /// A configuration file to start from (a sentinel's, which it rewrites).
+    config: Option<String>,
     dir: TempDir,
     process: Option<Running>,
 }
@@ -29,6 +33,42 @@ impl RedisServer {
     /// Starts a standalone server.
     pub fn standalone() -> Self {
         Self::start(Vec::new(), false)
+    }
+
+    /// Starts a standalone server with more arguments, `--replicaof 127.0.0.1 PORT` say.
+    pub fn start_with(args: &[&str]) -> Self {
+        Self::start(args.iter().map(|a| a.to_string()).collect(), false)
+    }
+
+    /// Starts a server that speaks TLS only, with the certificate of `ca`, and does not ask
+    /// clients for theirs; its [`url`](Self::url) is `rediss://`.
+    pub fn tls(ca: &crate::tls::TestCa) -> Self {
+        let mut extra = Vec::new();
+        for (option, path) in [
+            ("--tls-cert-file", ca.cert_file()),
+            ("--tls-key-file", ca.key_file()),
+            ("--tls-ca-cert-file", ca.ca_file()),
+        ] {
+            extra.push(option.to_owned());
+            extra.push(
+                path.to_str()
+                    .expect("a non-UTF-8 temporary path")
+                    .to_owned(),
+            );
+        }
+        extra.extend(["--tls-auth-clients".to_owned(), "no".to_owned()]);
+        Self::launch(extra, false, Some(ca.ca_pem()), None)
+    }
+
+    /// Starts a sentinel (`redis-server FILE --sentinel`) from the configuration `config`,
+    /// written to a file of its own that the sentinel may rewrite.
+    pub fn sentinel(config: &str) -> Self {
+        Self::launch(
+            vec!["--sentinel".to_owned()],
+            false,
+            None,
+            Some(config.to_owned()),
+        )
     }
 
     /// Starts a server in cluster mode, not yet part of a cluster.
@@ -47,6 +87,15 @@ impl RedisServer {
     }
 
     fn start(extra: Vec<String>, cluster_bus: bool) -> Self {
+        Self::launch(extra, cluster_bus, None, None)
+    }
+
+    fn launch(
+        extra: Vec<String>,
+        cluster_bus: bool,
+        tls: Option<Vec<u8>>,
+        config: Option<String>,
+    ) -> Self {
         require_redis_server();
         let mut last_error = String::new();
         // Another process may take the port between picking it and the server binding it.
@@ -55,6 +104,8 @@ impl RedisServer {
             let mut server = Self {
                 port,
                 extra: extra.clone(),
+                tls: tls.clone(),
+                config: config.clone(),
                 dir: tempfile::Builder::new()
                     .prefix("comcount-redis-")
                     .tempdir()
@@ -70,8 +121,22 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), String> {
-        let mut server = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+        let mut command = Command::new("redis-server");
+        if let Some(config) = &self.config {
+            let file = self.dir.path().join("redis.conf");
+            if !file.exists() {
+                std::fs::write(&file, config)
+                    .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+            }
+            command.arg(file);
+        }
+        let port = self.port.to_string();
+        match self.tls {
+            None => command.args(["--port", &port]),
+            Some(_) => command.args(["--port", "0", "--tls-port", &port]),
+        };
+        let mut server = command
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--protected-mode", "no", "--enable-debug-command", "yes"])
             .arg("--dir")
@@ -95,7 +160,7 @@ impl RedisServer {
                     log_tail(&self.dir.path().join("redis.log"))
                 ));
             }
-            if ping(self.port) {
+            if ping(&self.url(), self.tls.as_ref()) {
                 break;
             }
             if Instant::now() > deadline {
@@ -116,9 +181,14 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:PORT/`.
+    /// `redis://127.0.0.1:PORT/`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
     }
 
     /// Kills the server and starts it again on the same port, empty: its script cache and keys
@@ -205,9 +275,13 @@ fn free_port(cluster_bus: bool) -> u16 {
     }
 }
 
-/// Whether a server answers PING on `port`.
-fn ping(port: u16) -> bool {
-    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}/")) else {
+/// Whether a server answers PING at `url`, trusting the CA `tls` for a `rediss://` one.
+fn ping(url: &str, tls: Option<&Vec<u8>>) -> bool {
+    let client = match tls {
+        None => redis::Client::open(url),
+        Some(ca) => Ok(crate::tls::redis_rs_client(url, ca.clone())),
+    };
+    let Ok(client) = client else {
         return false;
     };
     let Ok(mut connection) = client.get_connection_with_timeout(Duration::from_millis(200)) else {

@@ -1,0 +1,400 @@
+//! The deployments the README's table calls supported, each against servers the test starts:
+//! TLS (`rediss://`, a throwaway CA trusted through the client's TLS configuration), RESP3, and
+//! Sentinel (a primary, a replica and a sentinel; for fred, counting on after the primary dies
+//! and the sentinel promotes the replica). Each runs two participants of one counter, one of
+//! which adds nothing and must learn the other's amount from a flush reply, and TLS and RESP3
+//! run the whole conformance suite too.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use comcount_core::clock::{SmolTimer, Timer, TokioTimer};
+use comcount_core::diagnostics::Recorder;
+use comcount_core::{Counter, Store, Worker};
+use comcount_fred::FredStore;
+use comcount_redis_rs::RedisStore;
+use comcount_tests::conformance::check_store;
+use comcount_tests::connect;
+use comcount_tests::inspect::{Inspector, RedisInspector};
+use comcount_tests::server::RedisServer;
+use comcount_tests::settings::{self, sleep};
+use comcount_tests::tls::TestCa;
+use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy, ServerConfig};
+use fred::types::RespVersion;
+use redis::sentinel::{SentinelClient, SentinelServerType};
+
+/// How long a test waits for something that takes a few intervals on a quiet machine.
+fn patience() -> Duration {
+    settings::interval() * 20 + Duration::from_secs(10)
+}
+
+/// Two participants of one counter `deploy` under a fresh prefix.
+struct Pair {
+    prefix: String,
+    a: Counter,
+    b: Counter,
+    a_events: Recorder,
+    b_events: Recorder,
+}
+
+impl Pair {
+    /// Builds the pair on `a` and `b`, handing each worker to `spawn`.
+    fn new<S: Store, T: Timer>(a: S, b: S, timer: T, spawn: impl Fn(Worker)) -> Self {
+        let prefix = settings::unique_prefix("deploy");
+        let build = |store: S, events: &Recorder| {
+            let (counter, worker) = Counter::builder("deploy", settings::interval())
+                .prefix(&prefix)
+                .diagnostics(events.clone())
+                .build(store, timer.clone())
+                .unwrap();
+            spawn(worker);
+            counter
+        };
+        let (a_events, b_events) = (Recorder::new(), Recorder::new());
+        Self {
+            a: build(a, &a_events),
+            b: build(b, &b_events),
+            prefix,
+            a_events,
+            b_events,
+        }
+    }
+
+    /// `a` adds `amount`; `b`, which adds nothing, must come to answer the total `a` reached,
+    /// which only a flush reply, decoded, can tell it. Checks the interval's key through
+    /// `inspector`, and that `a` reported no failed flush. Returns the interval the amount
+    /// went into.
+    async fn count(&self, amount: u64, total: u64, inspector: &impl Inspector) -> u64 {
+        let completed_before = self.completed(amount).len();
+        assert_eq!(self.a.increment(amount), amount);
+        self.b.increment(0);
+        let deadline = Instant::now() + patience();
+        loop {
+            if self.b.increment(0) == total && self.completed(amount).len() > completed_before {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "b never answered {total}: a's events {:?}, b's events {:?}",
+                self.a_events.records(),
+                self.b_events.records()
+            );
+            sleep(settings::interval() / 4).await;
+        }
+        let n = self.completed(amount)[completed_before]
+            .attribute("interval")
+            .unwrap()
+            .parse::<u64>()
+            .unwrap();
+        let key = format!("{}{{deploy}}:{n}", self.prefix);
+        let stored = inspector.key(&key).await.map(|k| k.value);
+        assert_eq!(stored.as_deref(), Some(total.to_string().as_str()), "{key}");
+        n
+    }
+
+    /// `a`'s completed flushes of `amount`.
+    fn completed(&self, amount: u64) -> Vec<comcount_core::diagnostics::Record> {
+        let amount = amount.to_string();
+        self.a_events
+            .with_message("flush completed")
+            .into_iter()
+            .filter(|r| r.attribute("amount") == Some(amount.as_str()))
+            .collect()
+    }
+
+    /// Whether either participant loaded the script.
+    fn loaded_the_script(&self) -> bool {
+        !self.a_events.with_message("script loaded").is_empty()
+            || !self.b_events.with_message("script loaded").is_empty()
+    }
+
+    fn close(&self) {
+        self.a.close();
+        self.b.close();
+    }
+}
+
+fn on_tokio(worker: Worker) {
+    tokio::spawn(worker);
+}
+
+/// Counts with two participants, on a server that has never seen the script, through stores
+/// `make` connects; then runs the conformance suite on one more.
+async fn count_and_conform<S, F>(make: impl Fn() -> F, inspector: &impl Inspector)
+where
+    S: Store,
+    F: Future<Output = S>,
+{
+    let pair = Pair::new(make().await, make().await, TokioTimer::new(), on_tokio);
+    pair.count(100, 100, inspector).await;
+    assert!(pair.loaded_the_script(), "the script was never loaded");
+    pair.close();
+    check_store(&make().await, inspector).await;
+}
+
+/// Fails unless some client of the server at `url` speaks RESP3 (`resp=3` in `CLIENT LIST`).
+async fn assert_a_client_speaks_resp3(url: &str) {
+    let mut admin = connect::multiplexed(url).await;
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(
+        clients
+            .lines()
+            .any(|line| line.split_whitespace().any(|field| field == "resp=3")),
+        "no client speaks RESP3: {clients}"
+    );
+}
+
+fn fred_policy() -> ReconnectPolicy {
+    ReconnectPolicy::new_constant(0, 50)
+}
+
+async fn fred_init(config: Config) -> fred::clients::Client {
+    let client = Builder::from_config(config)
+        .set_policy(fred_policy())
+        .build()
+        .unwrap();
+    client
+        .init()
+        .await
+        .unwrap_or_else(|e| panic!("fred cannot connect: {e}"));
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_redis_rs() {
+    let ca = TestCa::generate();
+    let server = RedisServer::tls(&ca);
+    let client = &ca.redis_rs_client(&server.url());
+    let inspector = RedisInspector(client.get_multiplexed_async_connection().await.unwrap());
+    count_and_conform(
+        move || async move {
+            RedisStore::new(
+                client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap_or_else(|e| panic!("cannot connect over TLS: {e}")),
+            )
+        },
+        &inspector,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_redis_rs_connection_manager() {
+    let ca = TestCa::generate();
+    let server = RedisServer::tls(&ca);
+    let client = &ca.redis_rs_client(&server.url());
+    let inspector = RedisInspector(client.get_multiplexed_async_connection().await.unwrap());
+    let make =
+        move || async move { RedisStore::new(client.get_connection_manager().await.unwrap()) };
+    let pair = Pair::new(make().await, make().await, TokioTimer::new(), on_tokio);
+    pair.count(100, 100, &inspector).await;
+    pair.close();
+}
+
+#[test]
+fn tls_redis_rs_on_smol() {
+    smol::block_on(async {
+        let ca = TestCa::generate();
+        let server = RedisServer::tls(&ca);
+        let client = &ca.redis_rs_client(&server.url());
+        let inspector = RedisInspector(client.get_multiplexed_async_connection().await.unwrap());
+        let make = move || async move {
+            RedisStore::new(client.get_multiplexed_async_connection().await.unwrap())
+        };
+        let pair = Pair::new(make().await, make().await, SmolTimer::new(), |worker| {
+            smol::spawn(worker).detach()
+        });
+        pair.count(100, 100, &inspector).await;
+        pair.close();
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_fred() {
+    let ca = TestCa::generate();
+    let server = RedisServer::tls(&ca);
+    let inspector = RedisInspector(
+        ca.redis_rs_client(&server.url())
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap(),
+    );
+    let (url, ca) = (&server.url(), &ca);
+    count_and_conform(
+        move || async move {
+            let mut config = Config::from_url(url).unwrap();
+            config.tls = Some(fred::types::config::TlsConnector::from(ca.rustls_config()).into());
+            FredStore::new(fred_init(config).await)
+        },
+        &inspector,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resp3_redis_rs() {
+    let server = RedisServer::standalone();
+    let url = &format!("{}?protocol=resp3", server.url());
+    let inspector = RedisInspector(connect::multiplexed(&server.url()).await);
+    let make = move || async move { RedisStore::new(connect::multiplexed(url).await) };
+    let probe = make().await;
+    assert_a_client_speaks_resp3(&server.url()).await;
+    drop(probe);
+    count_and_conform(make, &inspector).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resp3_fred() {
+    let server = RedisServer::standalone();
+    let inspector = RedisInspector(connect::multiplexed(&server.url()).await);
+    let url = &server.url();
+    let make = move || async move {
+        let mut config = Config::from_url(url).unwrap();
+        config.version = RespVersion::RESP3;
+        FredStore::new(fred_init(config).await)
+    };
+    let probe = make().await;
+    assert_a_client_speaks_resp3(url).await;
+    drop(probe);
+    count_and_conform(make, &inspector).await;
+}
+
+/// A primary, its replica, and one sentinel watching them as `main`.
+struct Sentinel {
+    primary: RedisServer,
+    replica: RedisServer,
+    sentinel: RedisServer,
+}
+
+impl Sentinel {
+    async fn start() -> Self {
+        let primary = RedisServer::standalone();
+        let replica =
+            RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+        let admin = connect::multiplexed(&replica.url()).await;
+        wait_for("the replica to sync", || {
+            let mut admin = admin.clone();
+            async move {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+                info.contains("master_link_status:up")
+            }
+        })
+        .await;
+        let sentinel = RedisServer::sentinel(&format!(
+            "sentinel monitor main 127.0.0.1 {} 1\n\
+             sentinel down-after-milliseconds main 500\n\
+             sentinel failover-timeout main 10000\n",
+            primary.port()
+        ));
+        let setup = Self {
+            primary,
+            replica,
+            sentinel,
+        };
+        let admin = connect::multiplexed(&setup.sentinel.url()).await;
+        wait_for("the sentinel to see the replica", || {
+            let mut admin = admin.clone();
+            async move {
+                let replicas: Vec<Vec<String>> = redis::cmd("SENTINEL")
+                    .arg(&["REPLICAS", "main"])
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+                replicas.iter().any(|fields| {
+                    fields
+                        .windows(2)
+                        .any(|w| w[0] == "flags" && w[1] == "slave")
+                })
+            }
+        })
+        .await;
+        setup
+    }
+
+    /// The port of the server the sentinel names as primary.
+    async fn primary_port(&self) -> u16 {
+        let mut admin = connect::multiplexed(&self.sentinel.url()).await;
+        let (_, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg(&["GET-MASTER-ADDR-BY-NAME", "main"])
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        port
+    }
+}
+
+/// Polls `check` until it holds, failing after [`patience`].
+async fn wait_for<F: Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
+    let deadline = Instant::now() + patience();
+    while !check().await {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_redis_rs() {
+    let setup = Sentinel::start().await;
+    let sentinel_url = &setup.sentinel.url();
+    let make = move || async move {
+        let mut client = SentinelClient::build(
+            vec![sentinel_url.as_str()],
+            "main",
+            None,
+            SentinelServerType::Master,
+        )
+        .unwrap();
+        RedisStore::new(
+            client
+                .get_async_connection()
+                .await
+                .unwrap_or_else(|e| panic!("no primary through the sentinel: {e}")),
+        )
+    };
+    let pair = Pair::new(make().await, make().await, TokioTimer::new(), on_tokio);
+    let inspector = RedisInspector(connect::multiplexed(&setup.primary.url()).await);
+    pair.count(100, 100, &inspector).await;
+    pair.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_fred_counts_on_after_a_failover() {
+    let mut setup = Sentinel::start().await;
+    let config = Config {
+        server: ServerConfig::new_sentinel(vec![("127.0.0.1", setup.sentinel.port())], "main"),
+        ..Config::default()
+    };
+    let pair = Pair::new(
+        FredStore::new(fred_init(config.clone()).await),
+        FredStore::new(fred_init(config).await),
+        TokioTimer::new(),
+        on_tokio,
+    );
+    let inspector = RedisInspector(connect::multiplexed(&setup.primary.url()).await);
+    pair.count(100, 100, &inspector).await;
+
+    // The primary dies; the sentinel promotes the replica.
+    setup.primary.kill();
+    let promoted = setup.replica.port();
+    let deadline = Instant::now() + patience();
+    while setup.primary_port().await != promoted {
+        assert!(
+            Instant::now() < deadline,
+            "the sentinel never promoted the replica"
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
+    let inspector = RedisInspector(connect::multiplexed(&setup.replica.url()).await);
+    pair.count(7, 7, &inspector).await;
+    pair.close();
+}
