@@ -77,6 +77,9 @@ mod slow_alarm;
 mod store;
 mod sync;
 mod tally;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 mod timing;
 mod watch;
 mod worker;

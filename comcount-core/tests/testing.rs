@@ -1,0 +1,191 @@
+//! The `testing` feature: the conformance checks pass on the memory store and fail, naming the
+//! rule, on a store that breaks one; the scripted store takes each step as told.
+#![allow(clippy::unwrap_used)] // a panic is how a test fails
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use comcount_core::clock::{Clock, VirtualClock};
+use comcount_core::diagnostics::{Recorder, Reporter};
+use comcount_core::testing::conformance::Conformance;
+use comcount_core::testing::{ScriptedStore, Step};
+use comcount_core::{
+    FlushReply, FlushRequest, MemoryStore, Outcome, ParticipantId, Store, StoreError,
+    StoreErrorKind,
+};
+use futures::FutureExt;
+use futures::executor::block_on;
+
+fn suite() -> Conformance {
+    Conformance::new().interval(Duration::from_millis(100))
+}
+
+#[test]
+fn the_memory_store_passes_every_check() {
+    block_on(suite().all(&MemoryStore::new()));
+}
+
+/// A store that forgets who sent a flush: every copy looks like a new participant's, so no
+/// fence ever holds.
+struct Forgetful(MemoryStore);
+
+impl Store for Forgetful {
+    fn name(&self) -> &str {
+        "forgetful"
+    }
+
+    fn flush(
+        &self,
+        request: &FlushRequest,
+        report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        let mut request = request.clone();
+        request.participant = ParticipantId::random();
+        let reply = self.0.flush(&request, report).now_or_never().unwrap();
+        std::future::ready(reply)
+    }
+}
+
+#[test]
+fn a_store_without_a_fence_fails_naming_the_rule() {
+    let store = Forgetful(MemoryStore::new());
+    let panic = std::panic::catch_unwind(|| block_on(suite().fences_a_replayed_flush(&store)))
+        .expect_err("a store without a fence passed");
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(
+        message.contains("\"forgetful\"")
+            && message.contains("a replayed flush is a duplicate")
+            && message.contains("must be Duplicate"),
+        "{message}"
+    );
+}
+
+/// A store on a clock that never moves.
+#[test]
+fn a_store_whose_clock_stands_still_fails_saying_so() {
+    let store = MemoryStore::with_clock(VirtualClock::starting_at(Duration::from_secs(100)));
+    let panic = std::panic::catch_unwind(|| block_on(suite().applies_a_flush(&store))).unwrap_err();
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(message.contains("clock did not move"), "{message}");
+}
+
+/// A clock that moves 50 ms, two and a half of the check's intervals, each time it is read:
+/// every flush lands intervals after the one before.
+#[derive(Default)]
+struct Racing(AtomicU64);
+
+impl Clock for Racing {
+    fn now(&self) -> Duration {
+        Duration::from_millis(1_000_000 + 50 * self.0.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+#[test]
+fn a_check_that_keeps_slipping_gives_up_in_bounded_time() {
+    let store = MemoryStore::with_clock(Racing::default());
+    let suite = Conformance::new().interval(Duration::from_millis(20));
+    let started = std::time::Instant::now();
+    let panic = std::panic::catch_unwind(|| block_on(suite.applies_a_flush(&store))).unwrap_err();
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(
+        message.contains("slipped over an interval boundary"),
+        "{message}"
+    );
+    // Sixty intervals of trying (1.2 s), the flushes under way and a loaded machine.
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+fn request(expect: u64) -> FlushRequest {
+    FlushRequest::new(
+        comcount_core::KeySpace::counter("", "c"),
+        ParticipantId::from_u64(1),
+        1000,
+    )
+    .with_amount(5)
+    .with_expect(expect)
+}
+
+fn report() -> Reporter {
+    Reporter::new("test", Arc::new(Recorder::new()))
+}
+
+#[test]
+fn the_scripted_store_takes_each_step_in_turn() {
+    let clock = VirtualClock::starting_at(Duration::from_millis(10_500));
+    let store = ScriptedStore::with_clock(clock.clone());
+    let made_up = FlushReply::new(Outcome::Fenced, 7, Duration::ZERO, None).with_totals(vec![None]);
+    store
+        .then(Step::Reply(made_up.clone()))
+        .then(Step::Fail(StoreErrorKind::Unavailable))
+        .then(Step::LoseReply)
+        .then(Step::Replay)
+        .then(Step::Hang);
+    assert_eq!(store.steps_left(), 5);
+    let flush = |r: &FlushRequest| store.flush(r, &report()).now_or_never();
+
+    assert_eq!(flush(&request(10)).unwrap().unwrap(), made_up);
+    let error = flush(&request(10)).unwrap().unwrap_err();
+    assert_eq!(error.kind(), StoreErrorKind::Unavailable);
+    assert_eq!(
+        store.memory().total("{c}:10"),
+        None,
+        "a failed flush writes nothing"
+    );
+
+    let error = flush(&request(10)).unwrap().unwrap_err();
+    assert_eq!(error.kind(), StoreErrorKind::Unanswered);
+    assert_eq!(
+        store.memory().total("{c}:10"),
+        Some(5),
+        "a lost reply's flush is applied"
+    );
+
+    let replayed = request(11).with_seq(2);
+    clock.advance(Duration::from_secs(1));
+    let reply = flush(&replayed).unwrap().unwrap();
+    assert_eq!(reply.outcome, Outcome::Duplicate, "the second copy's reply");
+    assert_eq!(reply.counted_in, Some(11));
+    assert_eq!(
+        store.memory().total("{c}:11"),
+        Some(5),
+        "a replay counts once"
+    );
+
+    assert!(flush(&request(11)).is_none(), "a hung flush never answers");
+    assert_eq!(store.steps_left(), 0);
+    assert_eq!(store.calls(), 5);
+    assert_eq!(store.requests()[3], replayed);
+
+    // Once the queue is empty: pass, or what `otherwise` says.
+    let reply = flush(&request(11).with_seq(3)).unwrap().unwrap();
+    assert_eq!(reply.outcome, Outcome::Fenced);
+    store.otherwise(Step::Fail(StoreErrorKind::Refused));
+    let error = flush(&request(11).with_seq(3)).unwrap().unwrap_err();
+    assert_eq!(error.kind(), StoreErrorKind::Refused);
+}
+
+#[test]
+fn a_held_flush_runs_when_released_in_the_interval_of_that_time() {
+    let clock = VirtualClock::starting_at(Duration::from_millis(10_500));
+    let store = ScriptedStore::with_clock(clock.clone());
+    store.then_each([Step::Hold, Step::Hold]);
+    let (one, two, report) = (request(10), request(10).with_seq(2), report());
+    let mut first = Box::pin(store.flush(&one, &report));
+    let mut second = Box::pin(store.flush(&two, &report));
+    assert!((&mut first).now_or_never().is_none());
+    assert_eq!(store.held(), 2);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(store.release(), 2);
+    assert_eq!(store.held(), 0);
+    let reply = block_on(first).unwrap();
+    assert_eq!((reply.outcome, reply.interval), (Outcome::Applied, 11));
+    let reply = block_on(&mut second).unwrap();
+    assert_eq!(reply.outcome, Outcome::Fenced);
+    assert_eq!(store.memory().total("{c}:11"), Some(5));
+}
