@@ -1,18 +1,20 @@
-//! The one suite every store passes: the flush protocol's outcomes, key names, expiry and
-//! fence, driven against the store's own clock.
+//! The one suite every store passes: the public conformance checks of
+//! [`comcount_core::testing::conformance`], which look at the replies alone, and here, through
+//! an [`Inspector`] that reads the store's keys from outside, what those cannot see: the keys'
+//! names, values and expiry, and that a refused flush leaves every key as it was.
 //!
-//! Each store is checked through an [`Inspector`] that reads its keys from outside. Flushes are
-//! aimed at an interval by asking the store first (a flush that expects interval 0 comes back
-//! as a wrong interval with the store's interval and phase, once the store's clock is past
-//! interval 1), and the scenario starts over with fresh keys whenever a step slips over an
-//! interval boundary on a busy machine.
+//! Flushes are aimed at an interval by asking the store first (a flush that expects interval 0
+//! comes back as a wrong interval with the store's interval and phase, once the store's clock
+//! is past interval 1), and a scenario starts over with fresh keys whenever a step slips over
+//! an interval boundary on a busy machine.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use comcount_core::diagnostics::{Recorder, Reporter};
+use comcount_core::testing::conformance::Conformance;
 use comcount_core::{
-    Entry, FlushReply, FlushRequest, KeySpace, Outcome, ParticipantId, Store, StoreErrorKind,
+    FlushReply, FlushRequest, KeySpace, Outcome, ParticipantId, Store, StoreErrorKind,
 };
 
 use crate::inspect::{Inspector, Snapshot};
@@ -30,15 +32,23 @@ const ATTEMPTS: u32 = 8;
 #[derive(Debug)]
 pub struct Slipped(pub String);
 
-/// Runs the whole suite against `store`, reading its keys through `inspector`: a counter,
-/// then the [`family`] scenarios.
+/// Runs the whole suite against `store`, reading its keys through `inspector`: every public
+/// check at the tests' interval, then the keys of a counter and of the [`family`] scenarios.
 pub async fn check_store<S: Store, I: Inspector>(store: &S, inspector: &I) {
-    check_counter(store, inspector).await;
-    family::check_families(store, inspector).await;
+    checks().all(store).await;
+    check_counter_keys(store, inspector).await;
+    family::check_family_keys(store, inspector).await;
 }
 
-/// Runs the counter's scenario against `store`.
-pub async fn check_counter<S: Store, I: Inspector>(store: &S, inspector: &I) {
+/// The public conformance checks, at the tests' interval and under a prefix of their own.
+pub fn checks() -> Conformance {
+    Conformance::new()
+        .interval(settings::interval())
+        .prefix(settings::unique_prefix("checks"))
+}
+
+/// Runs the counter's scenario against `store`: the keys it writes and leaves alone.
+pub async fn check_counter_keys<S: Store, I: Inspector>(store: &S, inspector: &I) {
     let interval = settings::interval();
     for attempt in 1..=ATTEMPTS {
         match scenario(store, inspector, interval).await {
@@ -201,64 +211,6 @@ pub async fn assert_key<I: Inspector>(
     );
 }
 
-/// Asserts that a reply counts the flush in interval `n`, or in none.
-fn assert_counted_in(reply: &FlushReply, n: Option<u64>, what: &str) {
-    assert_eq!(reply.counted_in, n, "{what}: {reply:?}");
-}
-
-/// Sends requests no store accepts, each with one field out of the protocol's range, and
-/// checks that each is refused with nothing written.
-async fn refuses_bad_fields<S: Store, I: Inspector>(
-    store: &S,
-    inspector: &I,
-    requests: &Requests,
-    participant: ParticipantId,
-    n: u64,
-) {
-    let base = requests.base();
-    let before = inspector.snapshot(base).await;
-    let good = requests.flush(participant, 5, 1, n);
-    let bad = [
-        ("seq 0", good.clone().with_seq(0)),
-        ("seq 2^53", good.clone().with_seq(1 << 53)),
-        (
-            "amount above i64::MAX",
-            good.clone().with_amount(i64::MAX as u64 + 1),
-        ),
-        ("interval 0", {
-            let mut request = good.clone();
-            request.interval_ms = 0;
-            request
-        }),
-        ("interval above 2^53/3", {
-            let mut request = good.clone();
-            request.interval_ms = FlushRequest::MAX_INTERVAL_MS + 1;
-            request
-        }),
-        ("expect 2^53", good.clone().with_expect(1 << 53)),
-        ("fence life 0", good.clone().with_fence_ttl_ms(0)),
-        ("fence life 2^53", good.clone().with_fence_ttl_ms(1 << 53)),
-        ("no entry", good.clone().with_entries(Vec::new())),
-        (
-            "a counter's entry with a key",
-            good.clone().with_entries(vec![Entry::new("k", 1)]),
-        ),
-        (
-            "a counter with two entries",
-            good.clone()
-                .with_entries(vec![Entry::new("", 1), Entry::new("", 1)]),
-        ),
-    ];
-    let report = Reporter::new("conformance", Arc::new(Recorder::new()));
-    for (what, request) in bad {
-        match store.flush(&request, &report).await {
-            Err(error) => assert_eq!(error.kind(), StoreErrorKind::Refused, "{what}: {error}"),
-            Ok(reply) => panic!("{} accepted a flush with {what}: {reply:?}", store.name()),
-        }
-        assert_unchanged(&before, &inspector.snapshot(base).await, what);
-    }
-}
-
 async fn scenario<S: Store, I: Inspector>(
     store: &S,
     inspector: &I,
@@ -279,8 +231,6 @@ async fn scenario<S: Store, I: Inspector>(
     let written = Instant::now();
     let reply = flush(store, &requests.flush(one, 1, 5, n)).await;
     expect(&reply, Outcome::Applied, n)?;
-    assert_eq!(reply.previous_total(), None, "no interval before the first");
-    assert_counted_in(&reply, Some(n), "an applied flush");
     assert_eq!(
         inspector.keys(base).await,
         [requests.interval_key(n), requests.fence_key(one)]
@@ -295,34 +245,30 @@ async fn scenario<S: Store, I: Inspector>(
     )
     .await;
 
-    // Refused in interval n: duplicate, fenced, two intervals off either way, bad fields;
-    // none writes.
+    // Refused in interval n: duplicate, fenced, two intervals off; none writes, nor refreshes
+    // an expiry.
     let before = inspector.snapshot(base).await;
     let reply = flush(store, &requests.flush(one, 1, 5, n)).await;
     expect(&reply, Outcome::Duplicate, n)?;
-    assert_counted_in(&reply, Some(n), "a duplicate");
     assert_unchanged(&before, &inspector.snapshot(base).await, "a duplicate");
     let reply = flush(store, &requests.flush(one, 2, 7, n)).await;
     expect(&reply, Outcome::Fenced, n)?;
-    assert_counted_in(&reply, None, "a fenced flush");
     assert_unchanged(&before, &inspector.snapshot(base).await, "a fenced flush");
-    for off in [n + 2, n - 2, n + 5] {
-        let reply = flush(store, &requests.flush(two, 1, 7, off)).await;
-        expect(&reply, Outcome::WrongInterval, n)?;
-        assert_counted_in(&reply, None, "a wrong interval");
-        assert_unchanged(&before, &inspector.snapshot(base).await, "a wrong interval");
-    }
-    refuses_bad_fields(store, inspector, &requests, two, n).await;
+    let reply = flush(store, &requests.flush(two, 1, 7, n + 2)).await;
+    expect(&reply, Outcome::WrongInterval, n)?;
+    assert_unchanged(&before, &inspector.snapshot(base).await, "a wrong interval");
+    let bad = requests.flush(two, 0, 7, n);
+    let refused = store.flush(&bad, &reporter()).await;
+    assert!(refused.is_err(), "sequence number 0 accepted: {refused:?}");
+    assert_unchanged(&before, &inspector.snapshot(base).await, "a bad request");
 
     // Still in interval n: a copy aimed at n+1 (landing early) and one aimed at n-1 (landing
-    // late) are both applied in n, where the server's clock is.
+    // late) both write interval n's key, and nothing else but their fences.
     let written = Instant::now();
     let reply = flush(store, &requests.flush(early, 1, 10, n + 1)).await;
     expect(&reply, Outcome::Applied, n)?;
-    assert_counted_in(&reply, Some(n), "a flush landing early");
     let reply = flush(store, &requests.flush(late, 1, 100, n - 1)).await;
     expect(&reply, Outcome::Applied, n)?;
-    assert_counted_in(&reply, Some(n), "a flush landing late");
     assert_key(inspector, &requests.interval_key(n), "115", three, written).await;
     for participant in [early, late] {
         assert_key(
@@ -347,8 +293,8 @@ async fn scenario<S: Store, I: Inspector>(
         "only interval {n} was written"
     );
 
-    // Interval n+1: the next flush, aimed at n and landing late, is applied in n+1 and brings
-    // back interval n's total.
+    // Interval n+1: the next flush, aimed at n and landing late, writes n+1's key and moves
+    // the fence.
     let m = aim(store, &requests, n + 1).await?;
     if m != n + 1 {
         return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
@@ -356,8 +302,6 @@ async fn scenario<S: Store, I: Inspector>(
     let written = Instant::now();
     let reply = flush(store, &requests.flush(one, 2, 7, n)).await;
     expect(&reply, Outcome::Applied, m)?;
-    assert_counted_in(&reply, Some(m), "a flush landing late");
-    assert_eq!(reply.previous_total(), Some(115), "interval {n}'s total");
     keys.push(requests.interval_key(m));
     keys.sort();
     assert_eq!(inspector.keys(base).await, keys);
@@ -371,33 +315,23 @@ async fn scenario<S: Store, I: Inspector>(
     )
     .await;
 
-    // Refused in interval m: stale, duplicates (each saying where it counted), fenced, and an
-    // overflowing amount.
+    // Refused in interval m: stale, duplicates, fenced, and an overflowing amount; none
+    // writes.
     let before = inspector.snapshot(base).await;
     let reply = flush(store, &requests.flush(one, 1, 5, m)).await;
     expect(&reply, Outcome::Stale, m)?;
-    assert_counted_in(&reply, None, "a stale flush");
     assert_unchanged(&before, &inspector.snapshot(base).await, "a stale flush");
     let reply = flush(store, &requests.flush(one, 2, 7, m)).await;
     expect(&reply, Outcome::Duplicate, m)?;
-    assert_eq!(reply.previous_total(), Some(115));
-    assert_counted_in(&reply, Some(m), "a duplicate");
     assert_unchanged(&before, &inspector.snapshot(base).await, "a duplicate");
     let reply = flush(store, &requests.flush(early, 1, 10, n + 1)).await;
     expect(&reply, Outcome::Duplicate, m)?;
-    assert_counted_in(
-        &reply,
-        Some(n),
-        "a duplicate of a flush applied an interval before",
-    );
     assert_unchanged(&before, &inspector.snapshot(base).await, "a duplicate");
     let reply = flush(store, &requests.flush(one, 3, 1, m)).await;
     expect(&reply, Outcome::Fenced, m)?;
-    assert_eq!(reply.previous_total(), Some(115));
     assert_unchanged(&before, &inspector.snapshot(base).await, "a fenced flush");
-    let report = Reporter::new("conformance", Arc::new(Recorder::new()));
     let overflow = store
-        .flush(&requests.flush(two, 1, i64::MAX as u64, m), &report)
+        .flush(&requests.flush(two, 1, i64::MAX as u64, m), &reporter())
         .await;
     match overflow {
         Err(error) => assert_eq!(error.kind(), StoreErrorKind::Refused, "{error}"),
@@ -412,7 +346,6 @@ async fn scenario<S: Store, I: Inspector>(
     let written = Instant::now();
     let reply = flush(store, &requests.flush(two, 1, 4, m + 1)).await;
     expect(&reply, Outcome::Applied, m)?;
-    assert_counted_in(&reply, Some(m), "a flush landing early");
     assert_key(inspector, &requests.interval_key(m), "11", three, written).await;
     assert_key(
         inspector,
@@ -423,4 +356,8 @@ async fn scenario<S: Store, I: Inspector>(
     )
     .await;
     Ok(())
+}
+
+fn reporter() -> Reporter {
+    Reporter::new("conformance", Arc::new(Recorder::new()))
 }

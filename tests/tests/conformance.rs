@@ -1,5 +1,7 @@
-//! Every store passes the same suite, a counter's and families': MemoryStore, redis-rs and
-//! fred, standalone and cluster; and a cluster spreads a family's partitions over its slots.
+//! Every store passes the same suite: the public conformance checks of
+//! `comcount_core::testing::conformance`, then the keys a counter and families write, read
+//! from outside. MemoryStore, redis-rs and fred, standalone and cluster; and a cluster spreads
+//! a family's partitions over its slots.
 
 use comcount_core::MemoryStore;
 use comcount_fred::FredStore;
