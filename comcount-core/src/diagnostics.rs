@@ -6,6 +6,7 @@
 //! | error | `flush failed` | `counter`, `error`, `key` (families only), `dropped`, `unsettled` |
 //! | warn | `total went stale` | `counter`, `after` (ms) |
 //! | warn | `round trip slow` | `counter`, `round_trip` (ms), `interval` (ms) |
+//! | warn | `store caveat` | `counter`, `store`, `caveat` |
 //! | info | `round trip normal` | `counter`, `round_trip` (ms), `interval` (ms) |
 //! | info | `total fresh again` | `counter`, `stale_for` (ms) |
 //! | info | `counter started` | `counter`, `interval` (ms), `prefix`, `store` |
@@ -69,7 +70,8 @@ pub enum Level {
     Debug,
     /// A counter starting or stopping, or its store answering in time again.
     Info,
-    /// The group's total went unknown, or the store answers too slowly for the interval.
+    /// The group's total went unknown, the store answers too slowly for the interval, or it
+    /// is set up in a way that will make flushes fail.
     Warn,
     /// A flush's amount was lost, or may have been.
     Error,
@@ -100,6 +102,15 @@ pub enum Event<'a> {
         prefix: &'a str,
         /// The store's [`name`](crate::Store::name).
         store: &'a str,
+    },
+    /// Right after [`CounterStarted`](Event::CounterStarted): the store is set up in a way
+    /// that will make flushes fail, such as a connection that never reconnects (see
+    /// [`Store::caveat`](crate::Store::caveat)). Said once, at start.
+    StoreCaveat {
+        /// The store's [`name`](crate::Store::name).
+        store: &'a str,
+        /// What is wrong, and what to do about it.
+        caveat: &'a str,
     },
     /// The background task ended, after [`Counter::close`](crate::Counter::close) or when the
     /// last handle was dropped.
@@ -262,7 +273,9 @@ impl Event<'_> {
     pub fn level(&self) -> Level {
         match self {
             Event::FlushFailed { .. } => Level::Error,
-            Event::TotalWentStale { .. } | Event::RoundTripSlow { .. } => Level::Warn,
+            Event::TotalWentStale { .. }
+            | Event::RoundTripSlow { .. }
+            | Event::StoreCaveat { .. } => Level::Warn,
             Event::CounterStarted { .. }
             | Event::CounterStopped
             | Event::RoundTripNormal { .. } => Level::Info,
@@ -278,6 +291,7 @@ impl Event<'_> {
     pub fn message(&self) -> &'static str {
         match self {
             Event::CounterStarted { .. } => "counter started",
+            Event::StoreCaveat { .. } => "store caveat",
             Event::CounterStopped => "counter stopped",
             Event::FlushCompleted { .. } => "flush completed",
             Event::FlushFailed { .. } => "flush failed",
@@ -304,6 +318,10 @@ impl Event<'_> {
                 f("interval", ms(interval));
                 f("prefix", Value::Str(prefix));
                 f("store", Value::Str(store));
+            }
+            Event::StoreCaveat { store, caveat } => {
+                f("store", Value::Str(store));
+                f("caveat", Value::Str(caveat));
             }
             Event::CounterStopped => {}
             Event::FlushCompleted {

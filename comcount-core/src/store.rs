@@ -6,6 +6,7 @@
 //! and answers with the total of the interval before. Every check comes before the first write,
 //! so a refused flush leaves the store as it was.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::ops::RangeInclusive;
@@ -469,6 +470,22 @@ pub trait Store: Send + Sync + 'static {
     /// A short name for diagnostics, such as `"memory"`, `"redis-rs"` or `"fred"`.
     fn name(&self) -> &str;
 
+    /// Something about how the store is set up that will make flushes fail, said once when
+    /// the counter starts as the warning
+    /// [`Event::StoreCaveat`](crate::diagnostics::Event::StoreCaveat). A connection that never
+    /// reconnects is the case in point: after the server restarts or fails over, every flush
+    /// fails and the counter counts alone. `None`, the default, for a store set up as it
+    /// should be.
+    ///
+    /// ```
+    /// use comcount_core::{MemoryStore, Store};
+    ///
+    /// assert_eq!(MemoryStore::new().caveat(), None);
+    /// ```
+    fn caveat(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+
     /// Runs one flush. `report` is where the store reports events of its own, such as loading
     /// its script.
     fn flush(
@@ -481,6 +498,10 @@ pub trait Store: Send + Sync + 'static {
 impl<S: Store> Store for Arc<S> {
     fn name(&self) -> &str {
         (**self).name()
+    }
+
+    fn caveat(&self) -> Option<Cow<'_, str>> {
+        (**self).caveat()
     }
 
     fn flush(

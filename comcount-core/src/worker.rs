@@ -120,6 +120,12 @@ impl<S: Store, T: Timer> Tick<S, T> {
             prefix: &settings.prefix,
             store: store.name(),
         });
+        if let Some(caveat) = store.caveat() {
+            report.emit(Event::StoreCaveat {
+                store: store.name(),
+                caveat: &caveat,
+            });
+        }
         let stop = stop.shared();
         let tick = Tick {
             store: Arc::new(store),

@@ -171,3 +171,70 @@ fn a_restarted_participant_with_a_fixed_id_is_applied_first_time() {
     );
     assert!(events.with_message("flush failed").is_empty());
 }
+
+/// A store in memory that says it has a caveat, or not.
+struct Caveated {
+    memory: MemoryStore<VirtualClock>,
+    caveat: Option<&'static str>,
+}
+
+impl Store for Caveated {
+    fn name(&self) -> &str {
+        "caveated"
+    }
+
+    fn caveat(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.caveat.map(Into::into)
+    }
+
+    fn flush(
+        &self,
+        request: &FlushRequest,
+        report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        self.memory.flush(request, report)
+    }
+}
+
+#[test]
+fn a_stores_caveat_is_a_warning_right_after_the_start() {
+    use comcount_core::diagnostics::Level;
+
+    for caveat in [Some("will not reconnect"), None] {
+        let clock = VirtualClock::new();
+        let store = Caveated {
+            memory: MemoryStore::with_clock(clock.clone()),
+            caveat,
+        };
+        let recorder = Recorder::new();
+        let mut pool = LocalPool::new();
+        // Through an `Arc`, which passes the caveat on.
+        let (counter, worker) = Counter::builder("caveat", INTERVAL)
+            .diagnostics(recorder.clone())
+            .build(Arc::new(store), clock.clone())
+            .unwrap();
+        pool.spawner().spawn_local(worker).unwrap();
+        pool.run_until_stalled();
+        counter.close();
+        pool.run_until_stalled();
+        let records = recorder.records();
+        match caveat {
+            Some(caveat) => {
+                assert_eq!(
+                    recorder.messages(),
+                    ["counter started", "store caveat", "counter stopped"]
+                );
+                assert_eq!(records[1].level, Level::Warn);
+                assert_eq!(records[1].counter, "caveat");
+                assert_eq!(
+                    records[1].attributes,
+                    [
+                        ("store", "caveated".to_owned()),
+                        ("caveat", caveat.to_owned())
+                    ]
+                );
+            }
+            None => assert_eq!(recorder.messages(), ["counter started", "counter stopped"]),
+        }
+    }
+}

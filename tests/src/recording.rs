@@ -409,6 +409,10 @@ impl<S: Store> Store for RecordingStore<S> {
         self.inner.name()
     }
 
+    fn caveat(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.inner.caveat()
+    }
+
     fn flush(
         &self,
         request: &FlushRequest,
