@@ -39,10 +39,8 @@
 //! use std::time::Duration;
 //! use comcount_redis_rs::{Counter, RedisStore, clock::TokioTimer};
 //!
-//! let client = comcount_redis_rs::redis::Client::open("redis://127.0.0.1/")?;
-//! // A multiplexed connection, or a ConnectionManager that reconnects by itself:
-//! let connection = client.get_connection_manager().await?;
-//! let store = RedisStore::new(connection);
+//! // A ConnectionManager, which reconnects by itself after a restart or a failover.
+//! let store = RedisStore::connect("redis://127.0.0.1/").await?;
 //!
 //! let (counter, worker) = Counter::builder("requests", Duration::from_secs(5))
 //!     .prefix("my-service:")
@@ -61,21 +59,34 @@
 //! # }
 //! ```
 //!
-//! Counters can share one connection: build each with `RedisStore::new(connection.clone())`.
+//! Counters can share one connection: build each with a clone of the store.
+//!
+//! # Connections that survive
+//!
+//! A counter flushes for as long as the process runs, across server restarts, failovers and
+//! dropped connections, so its connection must reconnect. [`RedisStore::connect`] opens a
+//! `ConnectionManager` (feature `connection-manager`, on by default) and
+//! [`RedisStore::connect_cluster`] a cluster connection (feature `cluster`), both with
+//! timeouts and retries chosen for a counter: [`RedisStore::manager_config`] and
+//! [`RedisStore::cluster_builder`] say which and why, and are where to start to build one
+//! yourself. A bare `MultiplexedConnection` (`get_multiplexed_async_connection`) never
+//! reconnects: once it is lost every flush fails, and the counter warns of it when it starts.
 //!
 //! # On smol
 //!
+//! The same store, on smol's executor and timer. redis-rs's smol runtime and the smol timer
+//! run under async-std's executor too, or any other (they drive themselves).
+//!
 //! ```no_run
-//! # #[cfg(feature = "smol")]
+//! # #[cfg(all(feature = "smol", feature = "connection-manager"))]
 //! # fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use comcount_redis_rs::{Counter, RedisStore, clock::SmolTimer};
 //!
 //! smol::block_on(async {
-//!     let client = comcount_redis_rs::redis::Client::open("redis://127.0.0.1/")?;
-//!     let connection = client.get_multiplexed_async_connection().await?;
+//!     let store = RedisStore::connect("redis://127.0.0.1/").await?;
 //!     let (counter, worker) = Counter::builder("requests", Duration::from_secs(5))
-//!         .build(RedisStore::new(connection), SmolTimer::new())?;
+//!         .build(store, SmolTimer::new())?;
 //!     smol::spawn(worker).detach();
 //!     counter.increment(1);
 //!     Ok(())
@@ -96,12 +107,11 @@
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use comcount_redis_rs::{Counter, RedisStore, clock::TokioTimer};
-//! use comcount_redis_rs::redis::cluster::ClusterClient;
 //!
-//! let client = ClusterClient::new(vec!["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])?;
-//! let connection = client.get_async_connection().await?;
+//! let store =
+//!     RedisStore::connect_cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]).await?;
 //! let (counter, worker) = Counter::builder("requests", Duration::from_secs(5))
-//!     .build(RedisStore::new(connection), TokioTimer::new())?;
+//!     .build(store, TokioTimer::new())?;
 //! tokio::spawn(worker);
 //! counter.increment(1);
 //! # Ok(())
@@ -129,6 +139,7 @@ compile_error!(
      (the default) or the `smol` feature"
 );
 
+mod connect;
 mod errors;
 mod reply;
 mod store;

@@ -1,12 +1,14 @@
 //! The store: the flush script over any redis-rs async connection.
 
+use std::any::TypeId;
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
 use comcount_core::diagnostics::{Event, Reporter};
 use comcount_core::{FlushReply, FlushRequest, Store, StoreError, script};
-use redis::aio::ConnectionLike;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Value};
 
 use crate::errors::{classify, is_no_script};
@@ -15,9 +17,11 @@ use crate::reply::fields;
 /// A [`Store`] on Redis through a redis-rs async connection.
 ///
 /// `C` is any connection that redis-rs can run commands on and that clones cheaply into a
-/// handle on the same connection: [`redis::aio::MultiplexedConnection`],
-/// `redis::aio::ConnectionManager` (feature `connection-manager`), or
-/// `redis::cluster_async::ClusterConnection` (feature `cluster`). Each flush runs the flush
+/// handle on the same connection: `redis::aio::ConnectionManager` (feature
+/// `connection-manager`, and what [`RedisStore::connect`] opens),
+/// `redis::cluster_async::ClusterConnection` (feature `cluster`, what
+/// [`RedisStore::connect_cluster`] opens), or [`redis::aio::MultiplexedConnection`], which
+/// never reconnects (see [`new`](Self::new)). Each flush runs the flush
 /// script with `EVALSHA`; when the server answers `NOSCRIPT` (first use, after `SCRIPT FLUSH`,
 /// a restart or a failover) the store loads the script with `SCRIPT LOAD`, reports
 /// [`Event::ScriptLoaded`], and sends the `EVALSHA` again.
@@ -32,6 +36,15 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     /// A store that sends its flushes over `connection`.
+    ///
+    /// The connection must survive the server: a `ConnectionManager` reconnects after a
+    /// restart, a failover or a dropped connection, and a `ClusterConnection` reconnects to
+    /// its nodes. A bare [`MultiplexedConnection`] never reconnects: once it is lost, every
+    /// flush fails for as long as the process runs, the group's total stays unknown and the
+    /// counter counts alone. The counter warns of it when it starts (the event `store
+    /// caveat`). Use [`RedisStore::connect`] (feature `connection-manager`, on by default),
+    /// [`RedisStore::connect_cluster`] (feature `cluster`), or a `ConnectionManager` of your
+    /// own instead.
     pub fn new(connection: C) -> Self {
         Self {
             connection,
@@ -56,6 +69,14 @@ where
 {
     fn name(&self) -> &str {
         "redis-rs"
+    }
+
+    /// Says that a bare [`MultiplexedConnection`] never reconnects.
+    fn caveat(&self) -> Option<Cow<'_, str>> {
+        (TypeId::of::<C>() == TypeId::of::<MultiplexedConnection>()).then_some(Cow::Borrowed(
+            "a redis-rs MultiplexedConnection never reconnects: once it is lost, every flush \
+             fails until the process restarts; use RedisStore::connect, or a ConnectionManager",
+        ))
     }
 
     fn flush(
