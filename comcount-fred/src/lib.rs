@@ -19,13 +19,12 @@
 //! use comcount_fred::fred::prelude::*;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let config = Config::from_url("redis://127.0.0.1:6379")?;
-//! let client = Builder::from_config(config).build()?;
-//! client.init().await?;
+//! // A client that reconnects for ever, initialized.
+//! let store = FredStore::connect("redis://127.0.0.1:6379").await?;
 //!
 //! let (counter, worker) = Counter::builder("requests", Duration::from_secs(5))
 //!     .prefix("my-service:")
-//!     .build(FredStore::new(client.clone()), TokioTimer::new())?;
+//!     .build(store.clone(), TokioTimer::new())?;
 //! tokio::spawn(worker);
 //!
 //! // Wherever the thing being counted happens:
@@ -36,10 +35,22 @@
 //!
 //! // No parting flush: close() stops the worker and sends nothing. The client is yours.
 //! counter.close();
-//! client.quit().await?;
+//! store.client().quit().await?;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! fred needs tokio: the store works on tokio's runtime only, with
+//! [`TokioTimer`](clock::TokioTimer).
+//!
+//! # Connections that survive
+//!
+//! A counter flushes for as long as the process runs, across server restarts, failovers and
+//! dropped connections, so its client must reconnect, for ever. [`FredStore::connect`] builds
+//! one that does, with a connection timeout of a second; [`FredStore::builder`] says why, and
+//! gives the same settings to build a pool or add your own. A fred client built without a
+//! reconnect policy never reconnects, and one whose policy has a `max_attempts` gives up; the
+//! counter warns of either when it starts.
 //!
 //! A pool works the same way:
 //!
@@ -48,7 +59,7 @@
 //! # use comcount_fred::{Counter, FredStore, clock::TokioTimer};
 //! # use comcount_fred::fred::prelude::*;
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let pool = Builder::from_config(Config::from_url("redis://127.0.0.1:6379")?).build_pool(4)?;
+//! let pool = FredStore::builder("redis://127.0.0.1:6379")?.build_pool(4)?;
 //! pool.init().await?;
 //! let (counter, worker) = Counter::builder("requests", Duration::from_secs(5))
 //!     .build(FredStore::new(pool), TokioTimer::new())?;
@@ -59,18 +70,15 @@
 //!
 //! # Redis Cluster
 //!
-//! Build the client with a cluster config; the store is the same.
+//! Connect with a cluster URL; the store is the same.
 //!
 //! ```no_run
 //! # use std::time::Duration;
 //! # use comcount_fred::{Counter, FredStore, clock::TokioTimer};
-//! # use comcount_fred::fred::prelude::*;
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let config = Config::from_url("redis-cluster://10.0.0.1:7000?node=10.0.0.2:7000")?;
-//! let client = Builder::from_config(config).build()?;
-//! client.init().await?;
+//! let store = FredStore::connect("redis-cluster://10.0.0.1:7000?node=10.0.0.2:7000").await?;
 //! let (counter, worker) = Counter::builder("requests", Duration::from_secs(5))
-//!     .build(FredStore::new(client), TokioTimer::new())?;
+//!     .build(store, TokioTimer::new())?;
 //! tokio::spawn(worker);
 //! # Ok(())
 //! # }
@@ -113,6 +121,7 @@
 //! [`Malformed`](StoreErrorKind::Malformed).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod connect;
 mod errors;
 mod reply;
 mod store;

@@ -1,5 +1,6 @@
 //! The store: the flush script over a fred client or pool.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -45,6 +46,14 @@ where
 {
     /// A store that sends its flushes through `client`, which must be initialized (`init()`,
     /// or `connect()` and `wait_for_connect()`) before the first flush.
+    ///
+    /// The client must reconnect for ever: a counter flushes for as long as the process runs,
+    /// across server restarts and failovers. A fred client built without a reconnect policy
+    /// never reconnects, and one whose policy has a `max_attempts` stops after that many
+    /// failed attempts in a row; after that, every flush fails and the counter counts alone.
+    /// The counter warns of either when it starts (the event `store caveat`).
+    /// [`FredStore::connect`] builds a client that reconnects for ever, and
+    /// [`FredStore::builder`] a builder with the same settings, for a pool.
     pub fn new(client: C) -> Self {
         Self {
             client,
@@ -69,6 +78,12 @@ where
 {
     fn name(&self) -> &str {
         "fred"
+    }
+
+    /// Says that the client will not reconnect, or will stop: one built without a reconnect
+    /// policy, or with a policy whose `max_attempts` is not 0.
+    fn caveat(&self) -> Option<Cow<'_, str>> {
+        crate::connect::caveat(self.client.client_reconnect_policy().as_ref()).map(Cow::Owned)
     }
 
     fn flush(
