@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use comcount_redis_rs::RedisStore;
 use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
 
 use crate::cluster::Cluster;
@@ -24,18 +25,15 @@ pub async fn manager(url: &str) -> redis::aio::ConnectionManager {
         .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
 }
 
-/// A redis-rs cluster connection. The client's default retries sleep at least 1.28 s after a
-/// node fails, which holds a flush past several short intervals; these sleep 10 ms to 500 ms.
+/// A redis-rs cluster connection, with the store's settings
+/// (`RedisStore::connect_cluster`): its retries sleep 10 ms to 500 ms after a node fails, where
+/// the client's defaults sleep at least 1.28 s, past several short intervals.
 pub async fn cluster(cluster: &Cluster) -> redis::cluster_async::ClusterConnection {
-    redis::cluster::ClusterClient::builder(cluster.urls())
-        .min_retry_wait(10)
-        .max_retry_wait(500)
-        .retries(8)
-        .build()
-        .unwrap()
-        .get_async_connection()
+    RedisStore::connect_cluster(cluster.urls())
         .await
         .unwrap_or_else(|e| panic!("cannot connect to the cluster: {e}"))
+        .connection()
+        .clone()
 }
 
 fn policy() -> ReconnectPolicy {

@@ -70,7 +70,7 @@ fn start<S: Store>(store: S) -> Running {
 async fn idle_and_closed_counters_send_nothing() {
     let server = RedisServer::standalone();
     let interval = settings::interval();
-    let redis_rs = connect::multiplexed(&server.url()).await;
+    let redis_rs = connect::manager(&server.url()).await;
     let fred = connect::fred_client(&server.url()).await;
     let mut counters = vec![
         start(RedisStore::new(redis_rs.clone())),
