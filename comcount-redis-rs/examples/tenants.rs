@@ -91,9 +91,9 @@ const SHOWN: usize = 8;
 async fn main() -> Result<(), Box<dyn Error>> {
     let options = Options::parse()?;
     match connect(&options.redis_url).await {
-        Ok(connection) => {
+        Ok(store) => {
             println!("counting on Redis at {}", options.redis_url);
-            run(&options, RedisStore::new(connection)).await
+            run(&options, store).await
         }
         Err(error) => {
             println!(
@@ -105,16 +105,16 @@ async fn main() -> Result<(), Box<dyn Error>> {
     }
 }
 
-async fn connect(url: &str) -> Result<redis::aio::ConnectionManager, Box<dyn Error>> {
-    let client = redis::Client::open(url)?;
-    let connecting = redis::aio::ConnectionManager::new(client);
-    let mut connection = tokio::time::timeout(Duration::from_secs(1), connecting)
+/// A store on a connection that reconnects by itself, or an error when Redis does not answer
+/// within a second.
+async fn connect(url: &str) -> Result<RedisStore<redis::aio::ConnectionManager>, Box<dyn Error>> {
+    let store = tokio::time::timeout(Duration::from_secs(1), RedisStore::connect(url))
         .await
         .map_err(|_| "no answer within a second")??;
     redis::cmd("PING")
-        .query_async::<String>(&mut connection)
+        .query_async::<String>(&mut store.connection().clone())
         .await?;
-    Ok(connection)
+    Ok(store)
 }
 
 async fn run<S: Store + Clone>(options: &Options, store: S) -> Result<(), Box<dyn Error>> {
@@ -370,6 +370,10 @@ impl<S: Store> Flushes<S> {
 impl<S: Store> Store for Flushes<S> {
     fn name(&self) -> &str {
         self.inner.name()
+    }
+
+    fn caveat(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.inner.caveat()
     }
 
     fn flush(
