@@ -30,9 +30,9 @@ use comcount_core::Family;
 use comcount_core::clock::TokioTimer;
 use comcount_redis_rs::RedisStore;
 use comcount_tests::bench::{Quiet, evalsha_calls, redis_cpu, until_idle};
+use comcount_tests::connect::manager_with;
 use comcount_tests::server::RedisServer;
-use redis::AsyncConnectionConfig;
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionManager;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]
@@ -80,19 +80,16 @@ impl Settings {
     }
 }
 
-async fn connect(url: &str) -> MultiplexedConnection {
-    // No response timeout: a family's first flushes queue behind each other.
-    let config = AsyncConnectionConfig::new()
+/// A connection that reconnects, with the store's settings but no response timeout: a
+/// family's first flushes queue behind each other.
+async fn connect(url: &str) -> ConnectionManager {
+    let config = RedisStore::manager_config()
         .set_response_timeout(None)
         .set_connection_timeout(Some(Duration::from_secs(60)));
-    redis::Client::open(url)
-        .expect("a valid URL")
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
+    manager_with(url, config).await
 }
 
-async fn command(stats: &mut MultiplexedConnection, args: &[&str]) {
+async fn command(stats: &mut ConnectionManager, args: &[&str]) {
     let mut cmd = redis::cmd(args[0]);
     for arg in &args[1..] {
         cmd.arg(*arg);
@@ -103,14 +100,14 @@ async fn command(stats: &mut MultiplexedConnection, args: &[&str]) {
 }
 
 /// Clears the slow log and logs every script run from now on.
-async fn watch_slow_runs(stats: &mut MultiplexedConnection) {
+async fn watch_slow_runs(stats: &mut ConnectionManager) {
     command(stats, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]).await;
     command(stats, &["CONFIG", "SET", "slowlog-max-len", "100000"]).await;
     command(stats, &["SLOWLOG", "RESET"]).await;
 }
 
 /// The longest script run (`EVALSHA`) in the slow log, in microseconds.
-async fn slowest_run(stats: &mut MultiplexedConnection) -> u64 {
+async fn slowest_run(stats: &mut ConnectionManager) -> u64 {
     let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
         .arg("GET")
         .arg(100_000)
@@ -161,7 +158,7 @@ struct Fleet {
     window: Duration,
 }
 
-async fn fleet(url: &str, stats: &mut MultiplexedConnection, run: Fleet) -> FleetRow {
+async fn fleet(url: &str, stats: &mut ConnectionManager, run: Fleet) -> FleetRow {
     let Fleet {
         label,
         participants,

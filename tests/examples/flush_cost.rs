@@ -6,7 +6,7 @@
 //!    `EVALSHA` of a script that does nothing but `INCRBY`, and for `EVALSHA` of the flush
 //!    script itself (a fresh fence key per call, so that every call is applied).
 //! 2. **Flushes.** Fleets of counters × participants (each participant its own `Counter`, all
-//!    the counters of one participant sharing its multiplexed connection) with 10 and 50 ms
+//!    the counters of one participant sharing its connection, a `ConnectionManager`) with 10 and 50 ms
 //!    intervals, up to more flushes than the machine can drive: flushes counted per second, and
 //!    Redis's cost per flush from `INFO commandstats` (`cmdstat_evalsha`) and `INFO cpu`.
 //! 3. **Events.** One event stream driven through counters and through the naive design, one
@@ -514,7 +514,7 @@ async fn flush_fleet(
     let mut all = Vec::new();
     for _ in 0..participants {
         // A participant is a process: one connection for all its counters.
-        let connection = connect::multiplexed(url).await;
+        let connection = participant_connection(url).await;
         let mut handles = Vec::new();
         for c in 0..counters {
             let (counter, worker) = Counter::builder(format!("c{c}"), interval)
@@ -579,6 +579,14 @@ fn tally_now(tally: &Tally) -> (u64, u64) {
 }
 
 /// Drops every key, after letting closed counters' last flushes land.
+/// A participant's connection, which reconnects: the store's settings, with redis-rs's default
+/// response timeout of 500 ms, which the figures were first measured with.
+async fn participant_connection(url: &str) -> ConnectionManager {
+    let config =
+        RedisStore::manager_config().set_response_timeout(Some(Duration::from_millis(500)));
+    connect::manager_with(url, config).await
+}
+
 async fn clear(stats: &mut MultiplexedConnection) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let () = redis::cmd("FLUSHALL")
@@ -742,7 +750,7 @@ async fn event_run(
     let mut counters = Vec::new();
     let start = tokio::time::Instant::now();
     for _ in 0..EVENT_PARTICIPANTS {
-        let connection = connect::multiplexed(url).await;
+        let connection = participant_connection(url).await;
         let counter = match design {
             Design::Counters => {
                 let (counter, worker) = Counter::builder("events", EVENTS_INTERVAL)
@@ -888,15 +896,17 @@ struct Memory {
 async fn memory(url: &str, stats: &mut MultiplexedConnection) -> Memory {
     clear(stats).await;
     let tally = Arc::new(Tally::default());
-    let connection = connect::multiplexed(url).await;
     let participant = ParticipantId::from_u64(0x0123_4567_89ab_cdef);
     let (counter, worker) = Counter::builder("memory", Duration::from_secs(1))
         .prefix("mem:")
         .participant(participant)
         .diagnostics(Tallied(Arc::clone(&tally)))
-        .build(RedisStore::new(connection.clone()), TokioTimer::new())
+        .build(
+            RedisStore::new(participant_connection(url).await),
+            TokioTimer::new(),
+        )
         .expect("the settings are valid");
-    let task_multiplexed = worker.task_size();
+    let task_manager = worker.task_size();
     tokio::spawn(worker);
     counter.increment(1_000_000);
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -936,12 +946,13 @@ async fn memory(url: &str, stats: &mut MultiplexedConnection) -> Memory {
         *slot = Some((key, usage, encoding));
     }
 
-    let manager: ConnectionManager = connect::manager(url).await;
-    let (other, worker) = Counter::builder("memory-manager", Duration::from_secs(1))
+    // Built for its size only, never run: a bare connection does not reconnect.
+    let multiplexed = connect::multiplexed(url).await;
+    let (other, worker) = Counter::builder("memory-multiplexed", Duration::from_secs(1))
         .prefix("mem:")
-        .build(RedisStore::new(manager), TokioTimer::new())
+        .build(RedisStore::new(multiplexed), TokioTimer::new())
         .expect("the settings are valid");
-    let task_manager = worker.task_size();
+    let task_multiplexed = worker.task_size();
     drop((other, worker));
     Memory {
         interval_key: interval_key.expect("the flush wrote an interval key"),

@@ -1,5 +1,6 @@
-//! Overload: many counters (one per tenant) on one shared redis-rs `MultiplexedConnection` to
-//! one Redis, asking for more flushes than the store can serve.
+//! Overload: many counters (one per tenant) on one shared redis-rs `ConnectionManager` (one
+//! multiplexed connection that reconnects) to one Redis, asking for more flushes than the store
+//! can serve.
 //!
 //! On a redis-server of its own it measures, in one run:
 //!
@@ -17,8 +18,8 @@
 //!    group's total (sampled every 100 ms), the longest gap between two applied flushes of any
 //!    counter, and the applied rate against the capacity.
 //!
-//! redis-rs gives a `MultiplexedConnection` a response timeout of 500 ms by default
-//! (`redis::AsyncConnectionConfig`); with thousands of commands queued on one connection it
+//! redis-rs gives a connection a response timeout of 500 ms by default
+//! (`redis::aio::ConnectionManagerConfig`); with thousands of commands queued on one connection it
 //! turns waiting into errors. The example sets none, so that only the counters decide when a
 //! reply is late; `--response-timeout-ms 500` restores the default.
 //!
@@ -42,9 +43,9 @@ use comcount_core::{
 };
 use comcount_redis_rs::RedisStore;
 use comcount_tests::bench::{Quiet, Rules, evalsha_calls, redis_cpu, until_idle};
+use comcount_tests::connect::manager_with;
 use comcount_tests::server::RedisServer;
-use redis::AsyncConnectionConfig;
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionManager;
 
 /// Tasks in the capacity loop, each with one flush in flight.
 const CAPACITY_TASKS: usize = 256;
@@ -109,14 +110,11 @@ impl Settings {
     }
 }
 
-/// One shared multiplexed connection with the chosen response timeout.
-async fn connect(url: &str, response_timeout: Option<Duration>) -> MultiplexedConnection {
-    let config = AsyncConnectionConfig::new().set_response_timeout(response_timeout);
-    redis::Client::open(url)
-        .expect("a valid URL")
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
+/// One shared connection (a `ConnectionManager`: one multiplexed connection that reconnects)
+/// with the chosen response timeout.
+async fn connect(url: &str, response_timeout: Option<Duration>) -> ConnectionManager {
+    let config = RedisStore::manager_config().set_response_timeout(response_timeout);
+    manager_with(url, config).await
 }
 
 // Redis's own figures.
@@ -135,7 +133,7 @@ struct Capacity {
 }
 
 /// Applied flushes per second when every reply is followed at once by the next flush.
-async fn capacity(url: &str, stats: &mut MultiplexedConnection) -> Capacity {
+async fn capacity(url: &str, stats: &mut ConnectionManager) -> Capacity {
     let store = Arc::new(RedisStore::new(connect(url, None).await));
     let report = Reporter::new("capacity", Arc::new(Quiet));
     let interval_ms: u64 = 1000 * 86_400_000;
@@ -316,7 +314,7 @@ impl Diagnostics for Tallied {
 
 /// One counter's store: the shared connection, counting copies and replies.
 struct Counting {
-    inner: RedisStore<MultiplexedConnection>,
+    inner: RedisStore<ConnectionManager>,
     tally: Arc<Tally>,
     /// The sequence number of the last flush sent: a copy with the same one is a resend.
     last_seq: AtomicU64,
@@ -369,7 +367,7 @@ struct Row {
 /// Builds `n` counters on one fresh shared connection, drives them, and measures the window.
 async fn run(
     url: &str,
-    stats: &mut MultiplexedConnection,
+    stats: &mut ConnectionManager,
     settings: &Settings,
     n: usize,
     rules: Rules,

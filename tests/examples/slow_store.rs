@@ -3,7 +3,7 @@
 //!
 //! For each round trip (0.2, 0.5, 1, 1.5, 2 and 3 intervals, injected by a proxy that holds
 //! every reply back) it runs two fleets side by side through the same proxy, one per rule.
-//! Each participant is a `Counter` on its own redis-rs `MultiplexedConnection` (no client-side
+//! Each participant is a `Counter` on its own redis-rs `ConnectionManager` (no client-side
 //! response timeout, so that only the counter decides when a reply is late), and counts one
 //! unit a millisecond. Over the steady state (after a warm-up) it reports per rule:
 //!
@@ -45,10 +45,10 @@ use comcount_core::diagnostics::{Diagnostics, Event, Reporter};
 use comcount_core::{Counter, FlushReply, FlushRequest, KeySpace, Store, StoreError};
 use comcount_redis_rs::RedisStore;
 use comcount_tests::bench::Rules;
+use comcount_tests::connect::manager_with;
 use comcount_tests::proxy::Proxy;
 use comcount_tests::server::RedisServer;
-use redis::AsyncConnectionConfig;
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionManager;
 
 fn parse<T: std::str::FromStr>(flag: &str, value: &str) -> T {
     value
@@ -209,7 +209,7 @@ impl Diagnostics for Tallied {
 
 /// The Redis store, counting every copy of a flush it is asked to send.
 struct Counting {
-    inner: RedisStore<MultiplexedConnection>,
+    inner: RedisStore<ConnectionManager>,
     tally: Arc<Tally>,
 }
 
@@ -247,15 +247,11 @@ impl Store for Counting {
     }
 }
 
-/// A connection with no response timeout of its own: redis-rs's default (500 ms) would turn
-/// the slowest round trips into errors before the counter's own timeout saw them.
-async fn connect(url: &str) -> MultiplexedConnection {
-    let config = AsyncConnectionConfig::new().set_response_timeout(None);
-    redis::Client::open(url)
-        .expect("a valid URL")
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
+/// A connection that reconnects, with no response timeout of its own: redis-rs's default
+/// (500 ms) would turn the slowest round trips into errors before the counter's own timeout
+/// saw them.
+async fn connect(url: &str) -> ConnectionManager {
+    manager_with(url, RedisStore::manager_config().set_response_timeout(None)).await
 }
 
 struct Fleet {
@@ -344,7 +340,7 @@ fn wall_interval(interval: Duration) -> u64 {
 /// Reads every interval key of the fleets once it has closed, before it expires, and adds up
 /// what landed; runs until `done`.
 async fn read_totals(
-    mut direct: MultiplexedConnection,
+    mut direct: ConnectionManager,
     spaces: Vec<KeySpace>,
     interval: Duration,
     done: Arc<AtomicBool>,

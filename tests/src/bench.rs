@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use comcount_core::builder::Builder;
 use comcount_core::diagnostics::{Diagnostics, Event};
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionLike;
 
 /// The rules a fleet counts under: this library's defaults, or the original design's.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -38,7 +38,7 @@ impl Rules {
 }
 
 /// The `key:value` lines of one `INFO` section.
-pub async fn info(stats: &mut MultiplexedConnection, section: &str) -> HashMap<String, String> {
+pub async fn info(stats: &mut impl ConnectionLike, section: &str) -> HashMap<String, String> {
     let text: String = redis::cmd("INFO")
         .arg(section)
         .query_async(stats)
@@ -51,7 +51,7 @@ pub async fn info(stats: &mut MultiplexedConnection, section: &str) -> HashMap<S
 }
 
 /// The CPU time Redis has used, `used_cpu_sys + used_cpu_user`, in seconds.
-pub async fn redis_cpu(stats: &mut MultiplexedConnection) -> f64 {
+pub async fn redis_cpu(stats: &mut impl ConnectionLike) -> f64 {
     let cpu = info(stats, "cpu").await;
     let number = |key: &str| -> f64 {
         cpu.get(key)
@@ -62,7 +62,7 @@ pub async fn redis_cpu(stats: &mut MultiplexedConnection) -> f64 {
 }
 
 /// `EVALSHA` calls so far, from `INFO commandstats`.
-pub async fn evalsha_calls(stats: &mut MultiplexedConnection) -> u64 {
+pub async fn evalsha_calls(stats: &mut impl ConnectionLike) -> u64 {
     info(stats, "commandstats")
         .await
         .get("cmdstat_evalsha")
@@ -75,7 +75,7 @@ pub async fn evalsha_calls(stats: &mut MultiplexedConnection) -> u64 {
 }
 
 /// Waits until Redis has worked off what earlier runs queued: no `EVALSHA` for 300 ms.
-pub async fn until_idle(stats: &mut MultiplexedConnection) {
+pub async fn until_idle(stats: &mut impl ConnectionLike) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut last = evalsha_calls(stats).await;
     while Instant::now() < deadline {

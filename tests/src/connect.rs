@@ -25,6 +25,20 @@ pub async fn manager(url: &str) -> redis::aio::ConnectionManager {
         .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
 }
 
+/// A redis-rs connection manager built with `config`: for the benchmarks, which start from
+/// the store's settings (`RedisStore::manager_config`) and keep the response timeout their
+/// figures were measured with.
+pub async fn manager_with(
+    url: &str,
+    config: redis::aio::ConnectionManagerConfig,
+) -> redis::aio::ConnectionManager {
+    redis::Client::open(url)
+        .unwrap()
+        .get_connection_manager_with_config(config)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
+}
+
 /// A redis-rs cluster connection, with the store's settings
 /// (`RedisStore::connect_cluster`): its retries sleep 10 ms to 500 ms after a node fails, where
 /// the client's defaults sleep at least 1.28 s, past several short intervals.
