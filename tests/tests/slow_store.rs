@@ -160,15 +160,10 @@ fn a_store_slower_than_the_interval_still_settles_flushes_redis_rs() {
     runtime().block_on(async {
         let (_server, proxy) = slow_server().await;
         // redis-rs gives up on a reply after 500 ms by default, about the round trip here at
-        // the longer test intervals: a client that waits on a slow store must wait longer.
-        let config = redis::AsyncConnectionConfig::new()
-            .set_response_timeout(Some(settings::interval() * 10));
-        let connection = redis::Client::open(proxy.url())
-            .unwrap()
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .unwrap();
-        count_through_a_slow_store(&proxy, || RedisStore::new(connection.clone())).await;
+        // the longer test intervals: a client that waits on a slow store must wait longer, as
+        // the one `RedisStore::connect` opens does.
+        let store = RedisStore::connect(&proxy.url()).await.unwrap();
+        count_through_a_slow_store(&proxy, || store.clone()).await;
     });
 }
 
