@@ -11,6 +11,7 @@
 //! either way: one allocation per flush, which is once an interval per counter or partition,
 //! on the background task. `increment`, the hot path, never reaches a store.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -27,12 +28,18 @@ type BoxFlush<'a> = Pin<Box<dyn Future<Output = Result<FlushReply, StoreError>> 
 trait DynStore: Send + Sync + 'static {
     fn name(&self) -> &str;
 
+    fn caveat(&self) -> Option<Cow<'_, str>>;
+
     fn flush<'a>(&'a self, request: &'a FlushRequest, report: &'a Reporter) -> BoxFlush<'a>;
 }
 
 impl<S: Store> DynStore for S {
     fn name(&self) -> &str {
         Store::name(self)
+    }
+
+    fn caveat(&self) -> Option<Cow<'_, str>> {
+        Store::caveat(self)
     }
 
     fn flush<'a>(&'a self, request: &'a FlushRequest, report: &'a Reporter) -> BoxFlush<'a> {
@@ -129,6 +136,10 @@ impl BoxStore {
 impl Store for BoxStore {
     fn name(&self) -> &str {
         self.inner.name()
+    }
+
+    fn caveat(&self) -> Option<Cow<'_, str>> {
+        self.inner.caveat()
     }
 
     async fn flush(

@@ -26,6 +26,10 @@ impl Store for Failing {
         "failing"
     }
 
+    fn caveat(&self) -> Option<std::borrow::Cow<'_, str>> {
+        Some("this store refuses every flush".into())
+    }
+
     fn flush(
         &self,
         _request: &FlushRequest,
@@ -144,4 +148,15 @@ fn a_boxed_store_passes_each_flush_and_its_reply_through() {
 
     let refused = block_on(BoxStore::new(Failing::default()).flush(&request, &report));
     assert_eq!(refused.unwrap_err().kind(), StoreErrorKind::Refused);
+}
+
+#[test]
+fn a_boxed_store_keeps_the_caveat_of_the_store_inside() {
+    let memory = MemoryStore::new();
+    let refusals = Arc::new(Failing::default());
+    assert_eq!(
+        BoxStore::new(refusals).caveat().as_deref(),
+        Some("this store refuses every flush")
+    );
+    assert_eq!(BoxStore::new(memory).caveat(), None);
 }

@@ -47,6 +47,7 @@ struct Fields<'a> {
     sha: Option<&'a str>,
     outcome: Option<&'a str>,
     reason: Option<&'a str>,
+    caveat: Option<&'a str>,
     error: Option<&'a StoreError>,
     /// Attributes with no field of their own above, written out as `name=value` pairs.
     others: Option<String>,
@@ -87,6 +88,7 @@ impl<'a> Fields<'a> {
             "sha" => &mut self.sha,
             "outcome" => &mut self.outcome,
             "reason" => &mut self.reason,
+            "caveat" => &mut self.caveat,
             _ => match (name, value) {
                 ("error", Value::Error(error)) => return self.error = Some(error),
                 _ => return self.add_other(name, value),
@@ -133,6 +135,7 @@ macro_rules! event_at {
             sha = f.sha,
             outcome = f.outcome,
             reason = f.reason,
+            caveat = f.caveat,
             error = error,
             attributes = f.others.as_deref(),
             "{}",
@@ -339,6 +342,10 @@ mod tests {
                 interval: Duration::from_secs(1),
                 prefix: "p:",
                 store: "memory",
+            },
+            Event::StoreCaveat {
+                store: "redis-rs",
+                caveat: "never reconnects",
             },
             Event::CounterStopped,
             Event::FlushCompleted {
