@@ -94,6 +94,8 @@
 //! | feature | default | gives |
 //! | --- | --- | --- |
 //! | `enable-rustls-ring` | no | TLS (`rediss://`) through rustls, with ring as rustls's crypto provider (`fred/enable-rustls-ring`) |
+//! | `tracing` | no | the core's `diagnostics::TracingDiagnostics`: events as `tracing` events with typed fields |
+//! | `metrics` | no | the core's `diagnostics::MetricsDiagnostics`: events as metrics through the `metrics` facade |
 //!
 //! With it, `Config::from_url("rediss://...")` trusts the system's certificates; a private
 //! authority goes in `Config::tls`, from a `rustls::ClientConfig` (fred re-exports rustls).

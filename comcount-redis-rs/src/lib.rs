@@ -22,6 +22,8 @@
 //! | `tokio-rustls` | no | TLS (`rediss://`) on tokio through rustls (`redis/tokio-rustls-comp`), with ring as rustls's crypto provider |
 //! | `smol-rustls` | no | the same on smol (`redis/smol-rustls-comp`) |
 //! | `sentinel` | no | Redis Sentinel through `redis::sentinel` (`redis/sentinel`) |
+//! | `tracing` | no | the core's `diagnostics::TracingDiagnostics`: events as `tracing` events with typed fields |
+//! | `metrics` | no | the core's `diagnostics::MetricsDiagnostics`: events as metrics through the `metrics` facade |
 //!
 //! One of `tokio` or `smol` is needed. With both on, redis-rs uses tokio inside a tokio runtime
 //! and smol elsewhere; with TLS and both runtimes, enable both TLS features.
