@@ -22,6 +22,7 @@ use comcount_core::{
 };
 use comcount_redis_rs::{RedisStore, redis};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use redis::aio::ConnectionManager;
 
 struct Options {
     duration: Duration,
@@ -71,9 +72,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let stall = (stall_from, stall_from + options.stall);
     match std::env::var("REDIS_URL") {
         Ok(url) => match connect(&url).await {
-            Ok(connection) => {
+            Ok(store) => {
                 eprintln!("counting on Redis at {url}");
-                let store = Stalling::new(RedisStore::new(connection), stall);
+                let store = Stalling::new(store, stall);
                 count(&options, store).await;
             }
             Err(error) => {
@@ -91,16 +92,16 @@ async fn main() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-async fn connect(url: &str) -> Result<redis::aio::MultiplexedConnection, Box<dyn Error>> {
-    let client = redis::Client::open(url)?;
-    let connecting = client.get_multiplexed_async_connection();
-    let mut connection = tokio::time::timeout(Duration::from_secs(1), connecting)
+/// A store on a connection that reconnects, once a Redis answers at `url` within a second.
+async fn connect(url: &str) -> Result<RedisStore<ConnectionManager>, Box<dyn Error>> {
+    let connecting = RedisStore::connect(url);
+    let store = tokio::time::timeout(Duration::from_secs(1), connecting)
         .await
         .map_err(|_| "no answer within a second")??;
     redis::cmd("PING")
-        .query_async::<String>(&mut connection)
+        .query_async::<String>(&mut store.connection().clone())
         .await?;
-    Ok(connection)
+    Ok(store)
 }
 
 /// Counts for the run's duration with a counter and a family of three tenants sharing
