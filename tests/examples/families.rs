@@ -7,8 +7,8 @@
 //!    intervals, every key incremented every interval, all on one Redis. Over a window it
 //!    reports the share of keys whose group total is known (sampled at every participant),
 //!    Redis's CPU (`INFO cpu`, in cores), the slowest script run (`SLOWLOG`), flushes per
-//!    second, and the client's heap per key (a counting allocator, measured while the keys are
-//!    added).
+//!    second, and the client's heap per key (a counting allocator): once the keys are added,
+//!    and the most it was while the fleet counted and flushed, sampled every interval.
 //! 2. **Many tenants.** One participant with a family of 20,000 keys at 100 ms intervals on one
 //!    connection, every key incremented every 50 ms: the share of keys whose total is known,
 //!    and Redis's CPU.
@@ -144,7 +144,10 @@ struct FleetRow {
     cores: f64,
     flushes_per_s: f64,
     slowest_us: u64,
+    /// The client's live heap per key once every key is added.
     bytes_per_key: f64,
+    /// The most it was, sampled every interval, while the fleet counts and flushes.
+    running_bytes_per_key: f64,
 }
 
 /// One fleet to run: `participants` families of `keys` keys each at `interval`, every key
@@ -170,6 +173,7 @@ async fn fleet(url: &str, stats: &mut ConnectionManager, run: Fleet) -> FleetRow
     let partitions = keys.div_ceil(KEYS_PER_PARTITION) as u32;
     let names: Arc<[String]> = (0..keys).map(|k| format!("tenant-{k}")).collect();
     let mut families = Vec::new();
+    let mut workers = Vec::new();
     let heap = Region::new(GLOBAL);
     for _ in 0..participants {
         // A connection each, as participants in processes of their own have.
@@ -184,12 +188,16 @@ async fn fleet(url: &str, stats: &mut ConnectionManager, run: Fleet) -> FleetRow
         for name in names.iter() {
             family.increment(name, 1);
         }
-        tokio::spawn(worker);
+        workers.push(worker);
         families.push(family);
     }
+    // The keys alone: no worker has flushed yet.
     let grown = heap.change();
     let bytes_per_key = (grown.bytes_allocated as f64 - grown.bytes_deallocated as f64)
         / (participants * keys) as f64;
+    for worker in workers {
+        tokio::spawn(worker);
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let mut drivers = Vec::new();
     for family in &families {
@@ -214,8 +222,12 @@ async fn fleet(url: &str, stats: &mut ConnectionManager, run: Fleet) -> FleetRow
     let cpu = redis_cpu(stats).await;
     let started = Instant::now();
     let mut known = (0u64, 0u64);
+    let mut running_bytes = 0f64;
     while started.elapsed() < window {
         tokio::time::sleep(interval).await;
+        let live = heap.change();
+        running_bytes =
+            running_bytes.max(live.bytes_allocated as f64 - live.bytes_deallocated as f64);
         for family in &families {
             known.0 += names
                 .iter()
@@ -245,12 +257,13 @@ async fn fleet(url: &str, stats: &mut ConnectionManager, run: Fleet) -> FleetRow
         flushes_per_s: (calls_after - calls) as f64 / elapsed,
         slowest_us,
         bytes_per_key,
+        running_bytes_per_key: running_bytes / (participants * keys) as f64,
     }
 }
 
 fn print_fleet(row: &FleetRow, participants: usize, interval: Duration) {
     println!(
-        "| {} | {participants} × {} | {} | {} ms | {:.1} % | {:.2} | {:.0} | {:.2} ms | {:.0} B |",
+        "| {} | {participants} × {} | {} | {} ms | {:.1} % | {:.2} | {:.0} | {:.2} ms | {:.0} B | {:.0} B |",
         row.label,
         row.keys,
         row.partitions,
@@ -260,6 +273,7 @@ fn print_fleet(row: &FleetRow, participants: usize, interval: Duration) {
         row.flushes_per_s,
         row.slowest_us as f64 / 1000.0,
         row.bytes_per_key,
+        row.running_bytes_per_key,
     );
 }
 
@@ -274,12 +288,13 @@ async fn main() {
     println!();
     println!("Fleets of families on one Redis ('known': keys whose group total is known, sampled");
     println!("every interval at every participant; 'Redis CPU' in cores; 'heap per key': the");
-    println!("client's, as keys are added)");
+    println!("client's live heap over the keys, once they are added, and the most it was while");
+    println!("the fleet counted and flushed, sampled every interval)");
     println!();
     println!(
-        "| run | participants × keys | partitions | interval | known | Redis CPU | flushes/s | slowest run | heap per key |"
+        "| run | participants × keys | partitions | interval | known | Redis CPU | flushes/s | slowest run | heap per key, added | heap per key, running (max) |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let scale = Fleet {
         label: "scale",
         participants: settings.participants,
