@@ -20,7 +20,8 @@
 --        total as a plain integer (GET, INCRBY).
 --   'f'  one partition of a family: 1 ..= MAX_ENTRIES entries, each key 1 ..= MAX_KEY_LEN
 --        bytes and none twice. An interval key is a hash with a field per key holding its
---        total (HMGET, HSET).
+--        total (HMGET, HSET). A flush of more than TABLE_FROM entries keeps the hash a hash
+--        table, not a listpack (which looks fields up by scanning).
 --
 -- The server's interval is N = floor(TIME in ms / I), its phase TIME - N*I. The flush may land
 -- in the window EXPECT-1 <= N <= EXPECT+1; it writes KEYS[N-EXPECT+3] and reads the key before
@@ -49,6 +50,7 @@
 local MAX_ENTRIES = 1000
 local MAX_KEY_LEN = 256
 local MAX_TOTAL = '9223372036854775807'
+local TABLE_FROM = 32
 
 if #KEYS ~= 5 then
   return redis.error_reply('ERR comcount: expected 5 keys, got ' .. #KEYS ..
@@ -250,8 +252,19 @@ if family then
       changes[k + 1], changes[k + 2], k = fields[j], new, k + 2
     end
   end
+  -- A large batch writes its hash as a hash table, not a listpack: a listpack finds a field by
+  -- scanning, so a flush of hundreds of fields would cost Redis time in the square of their
+  -- number. A field too long for a listpack makes Redis convert the hash before it writes; it
+  -- is the empty field, no key's, and goes at once, and the hash stays a hash table.
+  local as_table = k > 0 and count > TABLE_FROM
+  if as_table then
+    changes[k + 1], changes[k + 2] = '', string.rep('-', 1025)
+  end
   if k > 0 then
     redis.call('HSET', KEYS[slot], unpack(changes))
+  end
+  if as_table then
+    redis.call('HDEL', KEYS[slot], '')
   end
 else
   redis.call('INCRBY', KEYS[slot], ARGV[7])

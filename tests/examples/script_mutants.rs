@@ -383,6 +383,26 @@ const MUTANTS: &[Mutant] = &[
         "",
     ),
     m(
+        "a large batch written to a listpack",
+        "local as_table = k > 0 and count > TABLE_FROM",
+        "local as_table = false",
+    ),
+    m(
+        "the hash table's field left in the hash",
+        "    redis.call('HDEL', KEYS[slot], '')\n",
+        "",
+    ),
+    m(
+        "every batch written to a hash table",
+        "local TABLE_FROM = 32",
+        "local TABLE_FROM = 0",
+    ),
+    m(
+        "a batch of 33 written to a listpack",
+        "local TABLE_FROM = 32",
+        "local TABLE_FROM = 33",
+    ),
+    m(
         "no PEXPIRE",
         "redis.call('PEXPIRE', KEYS[slot], 3 * interval)\n",
         "",

@@ -926,6 +926,57 @@ async fn a_wrong_interval_brings_back_no_totals_and_writes_nothing() {
     .await;
 }
 
+/// A flush of more than 32 entries writes its hash as a hash table, holding its keys and no other
+/// field; a smaller one leaves Redis its compact listpack. A listpack finds a field by scanning,
+/// so a batch of hundreds written to one would cost Redis time in the square of its size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_batch_is_written_as_a_hash_table_of_its_keys_alone() {
+    let (store, _) = eval_store().await;
+    let mut connection = connect::multiplexed(&shared::standalone_url()).await;
+    let listpack_entries: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("hash-max-listpack-entries")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let listpack_entries: usize = listpack_entries[1].parse().unwrap();
+    let mut family = FamilyRequests::fresh(settings::interval(), 2);
+    family.interval_ms = FlushRequest::MAX_INTERVAL_MS;
+    let names: Vec<String> = (0..33).map(|i| format!("tenant-{i}")).collect();
+    let entries: Vec<(&str, u64)> = names.iter().map(|name| (name.as_str(), 2)).collect();
+    for (partition, batch) in [(0, &entries[..32]), (1, &entries[..])] {
+        let request = family.flush(partition, ParticipantId::random(), 1, batch, 0);
+        let reply = flush(&store, &request).await;
+        assert_eq!(reply.outcome, Outcome::Applied, "{reply:?}");
+        let key = family.space(partition).interval(0);
+        let encoding: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(&key)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let expected = if batch.len() > 32 || batch.len() > listpack_entries {
+            "hashtable"
+        } else {
+            "listpack"
+        };
+        assert_eq!(encoding, expected, "{} entries", batch.len());
+        let totals: BTreeMap<String, String> = redis::cmd("HGETALL")
+            .arg(&key)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let written: Vec<(&str, &str)> = batch.iter().map(|(name, _)| (*name, "2")).collect();
+        assert_eq!(totals, hash(&written), "{} entries", batch.len());
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .arg(&request.keys()[4])
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+    }
+}
+
 /// In interval 0 (the largest interval puts the server's clock there) there is no interval
 /// before: no totals, whatever the keys of the window hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
