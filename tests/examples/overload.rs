@@ -264,7 +264,8 @@ impl Gaps {
         let window_start = self.window_start_ms.load(Ordering::Relaxed);
         let last = self.last_ms[i].swap(now, Ordering::Relaxed);
         if now > window_start {
-            let gap = now - last.max(window_start);
+            // Another thread may have noted a later flush of the counter since `now` was read.
+            let gap = now.saturating_sub(last.max(window_start));
             self.longest_ms[i].fetch_max(gap, Ordering::Relaxed);
         }
     }
@@ -276,7 +277,7 @@ impl Gaps {
             .iter()
             .zip(&self.longest_ms)
             .map(|(last, longest)| {
-                let open = now - last.load(Ordering::Relaxed).max(window_start);
+                let open = now.saturating_sub(last.load(Ordering::Relaxed).max(window_start));
                 longest.load(Ordering::Relaxed).max(open)
             })
             .collect()
