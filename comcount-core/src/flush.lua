@@ -38,8 +38,9 @@
 --          the new totals are worked out from one HMGET of N's hash before any write), or a
 --          field of N's hash holds no total
 --   0      applied: add each amount to its total of N ('c': INCRBY; 'f': one HSET of the new
---          totals, keys whose total does not change left out), PEXPIRE the interval key 3*I,
---          SET the fence to "SEQ:N" with the fence life
+--          totals, keys whose total does not change left out, or of the amounts as they came
+--          when N's hash does not exist yet), PEXPIRE the interval key 3*I, SET the fence to
+--          "SEQ:N" with the fence life
 -- Every check, the overflow included, comes before the first write: an error or any outcome but
 -- 0 leaves every key as it was, and an applied flush adds every amount or none.
 --
@@ -220,51 +221,58 @@ if fence then
 end
 
 if family then
-  -- Every new total is worked out, and checked, before the first write: one that would pass
-  -- the largest total, or a field that holds no total, refuses the whole flush. Then one HSET
-  -- writes them all.
-  local current = redis.call('HMGET', KEYS[slot], unpack(fields))
-  local changes, k = {}, 0
-  for j = 1, count do
-    local total, amount = current[j], ARGV[5 + 2 * j]
-    local new = amount
-    if total then
-      if not (total == '0' or string.match(total, '^[1-9]%d*$')) then
-        return redis.error_reply('ERR comcount: field ' .. quote(fields[j]) .. ' of ' ..
-          KEYS[slot] .. ' is ' .. quote(total) .. ', not a total; is another program ' ..
-          'writing under this prefix? Delete the key or change the prefix')
-      end
-      if amount == '0' then
-        new = nil
-      elseif #total < 16 and #amount < 16 then
-        -- Both below 10^15: their sum is exact in Lua's numbers.
-        new = string.format('%d', tonumber(total) + tonumber(amount))
-      else
-        new = sum(total, amount)
-        if greater(new, MAX_TOTAL) then
-          return redis.error_reply('ERR comcount: the total of ' .. quote(fields[j]) ..
-            ' in ' .. KEYS[slot] .. ' would overflow past ' .. MAX_TOTAL ..
-            '; nothing was written')
+  -- Writes field and total pairs to N's hash. A large batch writes it as a hash table, not a
+  -- listpack: a listpack finds a field by scanning, so a flush of hundreds of fields would
+  -- cost Redis time in the square of their number. A field too long for a listpack makes
+  -- Redis convert the hash before it writes; it is the empty field, no key's, and goes at
+  -- once, and the hash stays a hash table.
+  local function write(...)
+    if count > TABLE_FROM then
+      redis.call('HSET', KEYS[slot], '', string.rep('-', 1025), ...)
+      redis.call('HDEL', KEYS[slot], '')
+    else
+      redis.call('HSET', KEYS[slot], ...)
+    end
+  end
+  if redis.call('EXISTS', KEYS[slot]) == 0 then
+    -- No total yet: the new totals are the amounts, written as they came.
+    write(unpack(ARGV, 6))
+  else
+    -- Every new total is worked out, and checked, before the first write: one that would
+    -- pass the largest total, or a field that holds no total, refuses the whole flush. Then
+    -- one HSET writes them all.
+    local current = redis.call('HMGET', KEYS[slot], unpack(fields))
+    local changes, k = {}, 0
+    for j = 1, count do
+      local total, amount = current[j], ARGV[5 + 2 * j]
+      local new = amount
+      if total then
+        if not (total == '0' or string.match(total, '^[1-9]%d*$')) then
+          return redis.error_reply('ERR comcount: field ' .. quote(fields[j]) .. ' of ' ..
+            KEYS[slot] .. ' is ' .. quote(total) .. ', not a total; is another program ' ..
+            'writing under this prefix? Delete the key or change the prefix')
+        end
+        if amount == '0' then
+          new = nil
+        elseif #total < 16 and #amount < 16 then
+          -- Both below 10^15: their sum is exact in Lua's numbers.
+          new = string.format('%d', tonumber(total) + tonumber(amount))
+        else
+          new = sum(total, amount)
+          if greater(new, MAX_TOTAL) then
+            return redis.error_reply('ERR comcount: the total of ' .. quote(fields[j]) ..
+              ' in ' .. KEYS[slot] .. ' would overflow past ' .. MAX_TOTAL ..
+              '; nothing was written')
+          end
         end
       end
+      if new then
+        changes[k + 1], changes[k + 2], k = fields[j], new, k + 2
+      end
     end
-    if new then
-      changes[k + 1], changes[k + 2], k = fields[j], new, k + 2
+    if k > 0 then
+      write(unpack(changes))
     end
-  end
-  -- A large batch writes its hash as a hash table, not a listpack: a listpack finds a field by
-  -- scanning, so a flush of hundreds of fields would cost Redis time in the square of their
-  -- number. A field too long for a listpack makes Redis convert the hash before it writes; it
-  -- is the empty field, no key's, and goes at once, and the hash stays a hash table.
-  local as_table = k > 0 and count > TABLE_FROM
-  if as_table then
-    changes[k + 1], changes[k + 2] = '', string.rep('-', 1025)
-  end
-  if k > 0 then
-    redis.call('HSET', KEYS[slot], unpack(changes))
-  end
-  if as_table then
-    redis.call('HDEL', KEYS[slot], '')
   end
 else
   redis.call('INCRBY', KEYS[slot], ARGV[7])

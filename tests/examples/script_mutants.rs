@@ -32,7 +32,7 @@ const fn m(name: &'static str, from: &'static str, to: &'static str) -> Mutant {
 const FENCE_CHECK: &str = "  if seq == fenced_seq then\n    return answer(1, fenced_n)\n  end\n";
 const SET_FENCE: &str =
     "redis.call('SET', KEYS[5], ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])\n";
-const WRITES: &str = "\nif family then\n  -- Every new total";
+const WRITES: &str = "\nif family then\n  -- Writes field and total pairs";
 
 const MUTANTS: &[Mutant] = &[
     // The key and argument counts.
@@ -365,7 +365,7 @@ const MUTANTS: &[Mutant] = &[
     m(
         "fence set before the totals",
         WRITES,
-        "\nredis.call('SET', KEYS[5], ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])\nif family then\n  -- Every new total",
+        "\nredis.call('SET', KEYS[5], ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])\nif family then\n  -- Writes field and total pairs",
     ),
     m(
         "no INCRBY",
@@ -378,14 +378,34 @@ const MUTANTS: &[Mutant] = &[
         "redis.call('INCRBY', KEYS[slot], 1)",
     ),
     m(
-        "no HSET",
-        "    redis.call('HSET', KEYS[slot], unpack(changes))\n",
+        "no HSET of a small batch",
+        "      redis.call('HSET', KEYS[slot], ...)\n",
         "",
     ),
     m(
+        "no HSET of a large batch",
+        "      redis.call('HSET', KEYS[slot], '', string.rep('-', 1025), ...)\n",
+        "",
+    ),
+    m(
+        "no HSET of the new totals",
+        "      write(unpack(changes))\n",
+        "",
+    ),
+    m(
+        "a hash that exists written as if new",
+        "if redis.call('EXISTS', KEYS[slot]) == 0 then",
+        "if true then",
+    ),
+    m(
+        "a new hash written without its first entry",
+        "write(unpack(ARGV, 6))",
+        "write(unpack(ARGV, 8))",
+    ),
+    m(
         "a large batch written to a listpack",
-        "local as_table = k > 0 and count > TABLE_FROM",
-        "local as_table = false",
+        "    if count > TABLE_FROM then",
+        "    if false then",
     ),
     m(
         "the hash table's field left in the hash",

@@ -927,8 +927,9 @@ async fn a_wrong_interval_brings_back_no_totals_and_writes_nothing() {
 }
 
 /// A flush of more than 32 entries writes its hash as a hash table, holding its keys and no other
-/// field; a smaller one leaves Redis its compact listpack. A listpack finds a field by scanning,
-/// so a batch of hundreds written to one would cost Redis time in the square of its size.
+/// field, whether the hash is new or a listpack already; a smaller one leaves Redis its compact
+/// listpack. A listpack finds a field by scanning, so a batch of hundreds written to one would
+/// cost Redis time in the square of its size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_batch_is_written_as_a_hash_table_of_its_keys_alone() {
     let (store, _) = eval_store().await;
@@ -944,7 +945,32 @@ async fn a_large_batch_is_written_as_a_hash_table_of_its_keys_alone() {
     family.interval_ms = FlushRequest::MAX_INTERVAL_MS;
     let names: Vec<String> = (0..33).map(|i| format!("tenant-{i}")).collect();
     let entries: Vec<(&str, u64)> = names.iter().map(|name| (name.as_str(), 2)).collect();
-    for (partition, batch) in [(0, &entries[..32]), (1, &entries[..])] {
+    let steps: [(u32, &[(&str, u64)], Vec<(&str, &str)>); 3] = [
+        // A small batch into a new hash: a listpack.
+        (
+            0,
+            &entries[..32],
+            names[..32].iter().map(|n| (n.as_str(), "2")).collect(),
+        ),
+        // A large batch into that listpack: a hash table, with the totals added.
+        (
+            0,
+            &entries[..],
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.as_str(), if i < 32 { "4" } else { "2" }))
+                .collect(),
+        ),
+        // A large batch into a new hash: a hash table.
+        (
+            1,
+            &entries[..],
+            names.iter().map(|n| (n.as_str(), "2")).collect(),
+        ),
+    ];
+    let mut written = Vec::new();
+    for (partition, batch, totals) in steps {
         let request = family.flush(partition, ParticipantId::random(), 1, batch, 0);
         let reply = flush(&store, &request).await;
         assert_eq!(reply.outcome, Outcome::Applied, "{reply:?}");
@@ -960,21 +986,20 @@ async fn a_large_batch_is_written_as_a_hash_table_of_its_keys_alone() {
         } else {
             "listpack"
         };
-        assert_eq!(encoding, expected, "{} entries", batch.len());
-        let totals: BTreeMap<String, String> = redis::cmd("HGETALL")
+        assert_eq!(encoding, expected, "{} entries into {key}", batch.len());
+        let found: BTreeMap<String, String> = redis::cmd("HGETALL")
             .arg(&key)
             .query_async(&mut connection)
             .await
             .unwrap();
-        let written: Vec<(&str, &str)> = batch.iter().map(|(name, _)| (*name, "2")).collect();
-        assert_eq!(totals, hash(&written), "{} entries", batch.len());
-        let _: () = redis::cmd("DEL")
-            .arg(&key)
-            .arg(&request.keys()[4])
-            .query_async(&mut connection)
-            .await
-            .unwrap();
+        assert_eq!(found, hash(&totals), "{} entries into {key}", batch.len());
+        written.extend([key, request.keys()[4].clone()]);
     }
+    let _: () = redis::cmd("DEL")
+        .arg(&written)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
 }
 
 /// In interval 0 (the largest interval puts the server's clock there) there is no interval
