@@ -945,7 +945,9 @@ async fn a_large_batch_is_written_as_a_hash_table_of_its_keys_alone() {
     family.interval_ms = FlushRequest::MAX_INTERVAL_MS;
     let names: Vec<String> = (0..33).map(|i| format!("tenant-{i}")).collect();
     let entries: Vec<(&str, u64)> = names.iter().map(|name| (name.as_str(), 2)).collect();
-    let steps: [(u32, &[(&str, u64)], Vec<(&str, &str)>); 3] = [
+    // A partition, a batch into it, and the totals its hash then holds.
+    type Step<'a> = (u32, &'a [(&'a str, u64)], Vec<(&'a str, &'a str)>);
+    let steps: [Step<'_>; 3] = [
         // A small batch into a new hash: a listpack.
         (
             0,
