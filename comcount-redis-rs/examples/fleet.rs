@@ -397,6 +397,10 @@ impl<S: Store> Store for Recorded<S> {
         self.inner.name()
     }
 
+    fn caveat(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.inner.caveat()
+    }
+
     fn flush(
         &self,
         request: &FlushRequest,

@@ -163,6 +163,10 @@ impl<S: Store> Store for Stalling<S> {
         self.inner.name()
     }
 
+    fn caveat(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.inner.caveat()
+    }
+
     fn flush(
         &self,
         request: &FlushRequest,

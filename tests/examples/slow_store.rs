@@ -218,6 +218,10 @@ impl Store for Counting {
         self.inner.name()
     }
 
+    fn caveat(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.inner.caveat()
+    }
+
     fn flush(
         &self,
         request: &FlushRequest,
