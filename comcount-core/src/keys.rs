@@ -8,7 +8,7 @@
 //! per key, and each participant's fence under `prefix{name@p}:f:<id>`. A key belongs to the
 //! partition [`partition_of`] gives, which every participant computes alike.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
 use crate::store::ParticipantId;
@@ -71,12 +71,19 @@ impl KeySpace {
 
     /// The key that holds the total (or the hash of totals) of interval `n`: `base:n`.
     pub fn interval(&self, n: u64) -> String {
-        format!("{}:{n}", self.base)
+        // Sized up front, as for the fence: every flush builds five keys.
+        let mut key = String::with_capacity(self.base.len() + 1 + 20);
+        key.push_str(&self.base);
+        let _ = write!(key, ":{n}");
+        key
     }
 
     /// The key of `participant`'s fence: `base:f:<id in 16 hex digits>`.
     pub fn fence(&self, participant: ParticipantId) -> String {
-        format!("{}:f:{participant}", self.base)
+        let mut key = String::with_capacity(self.base.len() + 3 + 16);
+        key.push_str(&self.base);
+        let _ = write!(key, ":f:{participant}");
+        key
     }
 }
 
