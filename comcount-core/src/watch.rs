@@ -4,7 +4,7 @@
 use std::future::{Future, poll_fn};
 use std::pin::pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -15,8 +15,49 @@ use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
 use crate::shared::Shared;
 
-/// The stop signal, as every partition's flush loop watches it.
-pub(crate) type Stop = future::Shared<oneshot::Receiver<()>>;
+/// The stop signal, as a partition's flush loop watches it: ready once the stop channel's sender
+/// has sent or is gone, and ready from then on.
+pub(crate) struct Stop {
+    signal: Signal,
+    stopped: bool,
+}
+
+enum Signal {
+    /// The one flush loop of a counter owns the receiver: it is polled on every wake of the
+    /// loop, and a shared one costs a lock and a waker list each time.
+    Alone(oneshot::Receiver<()>),
+    /// The flush loops of a family's partitions share it.
+    Shared(future::Shared<oneshot::Receiver<()>>),
+}
+
+impl Stop {
+    /// The signal for a single flush loop.
+    pub(crate) fn alone(receiver: oneshot::Receiver<()>) -> Self {
+        Self {
+            signal: Signal::Alone(receiver),
+            stopped: false,
+        }
+    }
+
+    /// The signal for one of several flush loops.
+    pub(crate) fn shared(receiver: future::Shared<oneshot::Receiver<()>>) -> Self {
+        Self {
+            signal: Signal::Shared(receiver),
+            stopped: false,
+        }
+    }
+
+    /// Whether the stop has come; otherwise `cx` is woken when it does.
+    fn poll_stopped(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.stopped {
+            self.stopped = match &mut self.signal {
+                Signal::Alone(receiver) => receiver.poll_unpin(cx).is_ready(),
+                Signal::Shared(receiver) => receiver.poll_unpin(cx).is_ready(),
+            };
+        }
+        self.stopped
+    }
+}
 
 /// Keeps how fresh a partition's totals are. Totals that nothing refreshed for two intervals
 /// become unknown, whatever the background task is busy with: a hanging flush included.
@@ -89,7 +130,7 @@ impl<T: Timer> Watch<T> {
             let mut stale = pin!(stale_in.map(|d| self.timer.sleep(d)));
             let woke = poll_fn(|cx| {
                 // The stop first: once stopped, nothing more of the future may run.
-                if stop.poll_unpin(cx).is_ready() {
+                if stop.poll_stopped(cx) {
                     return Poll::Ready(Woke::Stopped);
                 }
                 if let Poll::Ready(output) = future.as_mut().poll(cx) {

@@ -17,6 +17,7 @@ use crate::settings::Settings;
 use crate::shared::Shared;
 use crate::slow_alarm::SharedAlarm;
 use crate::store::{ParticipantId, Store};
+use crate::watch::Stop;
 
 /// The background task of a [`Counter`](crate::Counter) or a [`Family`](crate::Family): a
 /// future to spawn on any executor.
@@ -126,7 +127,6 @@ impl<S: Store, T: Timer> Tick<S, T> {
                 caveat: &caveat,
             });
         }
-        let stop = stop.shared();
         let tick = Tick {
             store: Arc::new(store),
             shared,
@@ -137,14 +137,22 @@ impl<S: Store, T: Timer> Tick<S, T> {
             first_seq,
             alarm,
         };
-        let partitions = (0..tick.settings.partitions()).map(|partition| {
-            let mut flusher = Flusher::new(&tick, partition);
-            let mut stop = stop.clone();
-            async move {
-                flusher.run(&mut stop).await;
-            }
-        });
-        join_all(partitions).await;
+        let partitions = tick.settings.partitions();
+        if partitions == 1 {
+            // A counter, or a family of one partition: its flush loop alone, without a join
+            // to poll it through.
+            Flusher::new(&tick, 0).run(&mut Stop::alone(stop)).await;
+        } else {
+            let stop = stop.shared();
+            join_all((0..partitions).map(|partition| {
+                let mut flusher = Flusher::new(&tick, partition);
+                let mut stop = Stop::shared(stop.clone());
+                async move {
+                    flusher.run(&mut stop).await;
+                }
+            }))
+            .await;
+        }
         let report = tick.report;
         report.emit(Event::CounterStopped);
     }
