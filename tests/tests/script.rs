@@ -319,10 +319,13 @@ async fn a_duplicate_reports_the_interval_the_flush_was_applied_in() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_bad_argument_is_an_err_reply_and_writes_nothing() {
     let (store, inspector) = eval_store().await;
-    let requests = Requests::fresh(settings::interval());
+    // In interval 0 for good (the largest interval puts the server's clock there), so that the
+    // state below neither expires nor moves on while the cases run, at any test interval.
+    let mut requests = Requests::fresh(settings::interval());
+    requests.interval_ms = FlushRequest::MAX_INTERVAL_MS;
     let participant = ParticipantId::random();
     // Some state to leave alone: an applied flush, its interval key and fence.
-    let n = aim(&store, &requests, 0).await.unwrap();
+    let n = 0;
     let applied = flush(&store, &requests.flush(participant, 1, 5, n)).await;
     assert!(applied.outcome.is_counted(), "{applied:?}");
     let request = requests.flush(participant, 2, 5, n);
@@ -407,6 +410,7 @@ async fn each_bad_argument_is_an_err_reply_and_writes_nothing() {
         decode(&far, &value).unwrap().outcome,
         Outcome::WrongInterval
     );
+    delete_keys(requests.base()).await;
 }
 
 /// Too few or too many keys, or arguments that are not five and then pairs: an error reply
@@ -816,12 +820,13 @@ async fn a_field_that_holds_no_total_refuses_the_batch_and_writes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_bad_family_argument_is_an_err_reply_and_writes_nothing() {
     let (store, inspector) = eval_store().await;
-    let interval = settings::interval();
-    let family = FamilyRequests::fresh(interval, 1);
+    // In interval 0 for good, as for the counter's arguments above.
+    let mut family = FamilyRequests::fresh(settings::interval(), 1);
+    family.interval_ms = FlushRequest::MAX_INTERVAL_MS;
     let base = family.space(0).base().to_owned();
     let participant = ParticipantId::random();
     // Some state to leave alone: an applied batch, its hash and fence.
-    let n = aim(&store, &Requests::fresh(interval), 0).await.unwrap();
+    let n = 0;
     let applied = flush(&store, &family.flush(0, participant, 1, &[("a", 5)], n)).await;
     assert!(applied.outcome.is_counted(), "{applied:?}");
     let request = family.flush(0, participant, 2, &[("a", 5), ("b", 1)], n);
@@ -902,6 +907,24 @@ async fn each_bad_family_argument_is_an_err_reply_and_writes_nothing() {
         decode(&far, &value).unwrap().outcome,
         Outcome::WrongInterval
     );
+    delete_keys(&base).await;
+}
+
+/// Deletes the keys under `base`: those written in interval 0 would live for centuries.
+async fn delete_keys(base: &str) {
+    let mut connection = connect::multiplexed(&shared::standalone_url()).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{base}*"))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    if !keys.is_empty() {
+        let _: () = redis::cmd("DEL")
+            .arg(&keys)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
