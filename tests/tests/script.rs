@@ -410,7 +410,7 @@ async fn each_bad_argument_is_an_err_reply_and_writes_nothing() {
         decode(&far, &value).unwrap().outcome,
         Outcome::WrongInterval
     );
-    delete_keys(requests.base()).await;
+    delete_keys(&inspector, requests.base()).await;
 }
 
 /// Too few or too many keys, or arguments that are not five and then pairs: an error reply
@@ -907,21 +907,16 @@ async fn each_bad_family_argument_is_an_err_reply_and_writes_nothing() {
         decode(&far, &value).unwrap().outcome,
         Outcome::WrongInterval
     );
-    delete_keys(&base).await;
+    delete_keys(&inspector, &base).await;
 }
 
 /// Deletes the keys under `base`: those written in interval 0 would live for centuries.
-async fn delete_keys(base: &str) {
-    let mut connection = connect::multiplexed(&shared::standalone_url()).await;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{base}*"))
-        .query_async(&mut connection)
-        .await
-        .unwrap();
+async fn delete_keys(inspector: &RedisInspector<MultiplexedConnection>, base: &str) {
+    let keys = inspector.keys(base).await;
     if !keys.is_empty() {
         let _: () = redis::cmd("DEL")
             .arg(&keys)
-            .query_async(&mut connection)
+            .query_async(&mut inspector.0.clone())
             .await
             .unwrap();
     }
@@ -1031,7 +1026,7 @@ async fn a_large_batch_is_written_as_a_hash_table_of_its_keys_alone() {
 /// before: no totals, whatever the keys of the window hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_interval_brings_back_no_totals() {
-    let (store, _) = eval_store().await;
+    let (store, inspector) = eval_store().await;
     let mut connection = connect::multiplexed(&shared::standalone_url()).await;
     let mut family = FamilyRequests::fresh(settings::interval(), 1);
     family.interval_ms = FlushRequest::MAX_INTERVAL_MS;
@@ -1064,17 +1059,7 @@ async fn the_first_interval_brings_back_no_totals() {
         .await
         .unwrap();
     assert_eq!(total, "6");
-    // These keys would live for centuries.
     for base in [family.space(0).base(), counter.base()] {
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{base}*"))
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        let _: () = redis::cmd("DEL")
-            .arg(&keys)
-            .query_async(&mut connection)
-            .await
-            .unwrap();
+        delete_keys(&inspector, base).await;
     }
 }
