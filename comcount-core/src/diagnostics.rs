@@ -154,10 +154,11 @@ pub enum Event<'a> {
         /// The interval length.
         interval: Duration,
     },
-    /// After [`RoundTripSlow`](Event::RoundTripSlow), a reply came well within half the
-    /// interval again.
+    /// After [`RoundTripSlow`](Event::RoundTripSlow), the replies have come well within half
+    /// the interval (under three eighths of it) for a whole interval: a store that is slow in
+    /// bursts stays reported slow.
     RoundTripNormal {
-        /// That reply's round trip.
+        /// The last reply's round trip.
         round_trip: Duration,
         /// The interval length.
         interval: Duration,

@@ -5,6 +5,10 @@
 //! group's total it learns grows old before it arrives. A copy still unanswered after half an
 //! interval is evidence as good as a slow reply, so a store that answers nothing at all is
 //! reported as well as one that answers late.
+//!
+//! Once raised, the alarm comes down only after the round trip has stayed well under the
+//! threshold for a whole interval: a store that is slow in bursts (a queue that fills and
+//! drains) would otherwise raise and clear it with every other reply.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -51,6 +55,9 @@ pub(crate) struct SlowAlarm {
     /// The longest round trip seen since then: a reply's, or an unanswered copy's age.
     worst: Duration,
     raised: bool,
+    /// While raised: when the replies began to come well under the threshold, with none
+    /// slower since.
+    calm_since: Option<Duration>,
 }
 
 impl SlowAlarm {
@@ -60,6 +67,7 @@ impl SlowAlarm {
             since: None,
             worst: Duration::ZERO,
             raised: false,
+            calm_since: None,
         }
     }
 
@@ -73,14 +81,23 @@ impl SlowAlarm {
         self.interval / 2
     }
 
+    /// Under this, a round trip is well within the threshold: a round trip hovering at the
+    /// threshold neither raises the alarm nor clears it.
+    fn calm(&self) -> Duration {
+        self.interval * 3 / 8
+    }
+
     /// A copy sent at `sent` was answered at `now`.
     pub(crate) fn answered(&mut self, sent: Duration, now: Duration, report: &Reporter) {
         let round_trip = now.saturating_sub(sent);
         if round_trip > self.threshold() {
             self.evidence(sent, round_trip);
             self.check(now, report);
-        } else if round_trip < self.interval * 3 / 8 {
-            // Well under the threshold, so that a round trip hovering at it does not flap.
+        } else if round_trip < self.calm() {
+            let calm_since = *self.calm_since.get_or_insert(now);
+            if self.raised && now.saturating_sub(calm_since) < self.interval {
+                return;
+            }
             if self.raised {
                 report.emit(Event::RoundTripNormal {
                     round_trip,
@@ -90,6 +107,9 @@ impl SlowAlarm {
             self.raised = false;
             self.since = None;
             self.worst = Duration::ZERO;
+            self.calm_since = None;
+        } else {
+            self.calm_since = None;
         }
     }
 
@@ -115,6 +135,7 @@ impl SlowAlarm {
     }
 
     fn evidence(&mut self, sent: Duration, round_trip: Duration) {
+        self.calm_since = None;
         let began = sent + self.threshold();
         self.since = Some(self.since.map_or(began, |since| since.min(began)));
         self.worst = self.worst.max(round_trip);
@@ -200,6 +221,29 @@ mod tests {
         assert_eq!(
             recorder.messages(),
             ["round trip slow", "round trip normal", "round trip slow"]
+        );
+    }
+
+    #[test]
+    fn a_store_slow_in_bursts_stays_reported_until_fast_for_an_interval() {
+        let (report, recorder) = reporter();
+        let mut alarm = SlowAlarm::new(ms(100));
+        alarm.answered(ms(0), ms(150), &report);
+        alarm.answered(ms(150), ms(300), &report);
+        // A queue that fills and drains: every other reply is fast.
+        for i in 0..10 {
+            let t = 300 + i * 200;
+            alarm.answered(ms(t), ms(t + 10), &report);
+            alarm.answered(ms(t + 20), ms(t + 200), &report);
+        }
+        assert_eq!(recorder.messages(), ["round trip slow"]);
+        // Fast for a whole interval: recovered.
+        for t in [2300, 2400, 2500] {
+            alarm.answered(ms(t), ms(t + 10), &report);
+        }
+        assert_eq!(
+            recorder.messages(),
+            ["round trip slow", "round trip normal"]
         );
     }
 }

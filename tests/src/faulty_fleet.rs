@@ -437,6 +437,16 @@ impl FaultyFleet {
         Mark::now(self.members.iter().map(|m| &m.recorder))
     }
 
+    /// Waits until each participant has reported `message` after `mark`, at most `patience`.
+    pub async fn await_each_said(&self, mark: &Mark, message: &str, patience: Duration) {
+        let deadline = Instant::now() + patience;
+        while !mark.each_said(self.members.iter().map(|m| &m.recorder), message)
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// How long after `since` each participant had completed a flush (applied, or a
     /// duplicate of an applied one) of every key space, waiting at most `patience`; `None` for
     /// one that did not.

@@ -116,6 +116,18 @@ impl Mark {
     pub fn now<'a>(recorders: impl IntoIterator<Item = &'a Recorder>) -> Self {
         Self(recorders.into_iter().map(|r| r.records().len()).collect())
     }
+
+    /// Whether each recorder reported `message` after this mark.
+    pub fn each_said<'a>(
+        &self,
+        recorders: impl IntoIterator<Item = &'a Recorder>,
+        message: &str,
+    ) -> bool {
+        recorders
+            .into_iter()
+            .zip(&self.0)
+            .all(|(r, from)| r.records()[*from..].iter().any(|r| r.message == message))
+    }
 }
 
 /// What a fleet did: its flushes, Redis's keys, its participants.

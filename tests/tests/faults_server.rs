@@ -4,7 +4,7 @@
 //! throughout; nothing may be counted twice, and every participant must be flushing again
 //! within two intervals of the fault's end (plus the flush timeout after a hang).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use comcount_tests::cluster_admin::{admin, command};
 use comcount_tests::faulty_fleet::{FaultyFleet, run};
@@ -108,6 +108,14 @@ fn debug_sleep_longer_than_the_flush_timeout() {
         let fault_end = Instant::now();
         fleet
             .assert_recovers(fault_end, interval * 2 + fleet.flush_timeout())
+            .await;
+        // The recovery is said once the replies have been quick for a whole interval.
+        fleet
+            .await_each_said(
+                &mark,
+                "round trip normal",
+                interval * 4 + Duration::from_secs(2),
+            )
             .await;
         let report = fleet.finish(Writes::Kept).await;
         report.assert_each_said(&mark, "total went stale");
