@@ -55,7 +55,9 @@ pub(crate) struct Flusher<S, T> {
     batch: Batch,
     /// The last interval this participant is known to have added to.
     last_added: Option<u64>,
-    /// Spreads participants that cannot add to every interval over different ones.
+    /// Spreads participants that cannot add to every interval over different ones. Seeded from
+    /// the participant and the partition alone, so that a run on virtual time with fixed
+    /// participant ids repeats exactly.
     spread: fastrand::Rng,
 }
 
@@ -146,9 +148,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             .with_seq(*first_seq)
             .with_fence_ttl_ms(settings.fence_ttl_ms),
             last_added: None,
-            spread: fastrand::Rng::with_seed(
-                participant.as_u64() ^ first_seq ^ u64::from(partition),
-            ),
+            spread: fastrand::Rng::with_seed(participant.as_u64() ^ (u64::from(partition) << 32)),
             shared: Arc::clone(shared),
             store: Arc::clone(store),
             timer: timer.clone(),

@@ -19,15 +19,15 @@ const INTERVAL: Duration = Duration::from_millis(100);
 const PARTICIPANTS: u64 = 4;
 const INTERVALS: u32 = 60;
 /// Fleets run, each of its own participants. Which intervals a participant skips is drawn at
-/// random (seeded by its id and the wall clock), so one fleet may be unlucky; over several the
-/// share of samples that know the total is stable.
+/// random (seeded by its id), so one fleet may be unlucky; over several the share of samples
+/// that know the total is stable.
 const FLEETS: u64 = 8;
 
 #[test]
 fn participants_that_started_together_spread_over_the_intervals() {
     let (mut known, mut samples) = (0, 0);
     for fleet in 0..FLEETS {
-        let (fleet_known, fleet_samples) = run_fleet(fleet * PARTICIPANTS);
+        let (fleet_known, fleet_samples, _) = run_fleet(fleet * PARTICIPANTS);
         eprintln!("fleet {fleet}: known in {fleet_known} of {fleet_samples} samples");
         known += fleet_known;
         samples += fleet_samples;
@@ -39,10 +39,17 @@ fn participants_that_started_together_spread_over_the_intervals() {
     );
 }
 
+#[test]
+fn a_fleet_on_virtual_time_with_fixed_ids_repeats_exactly() {
+    let (known, samples, calls) = run_fleet(0);
+    assert!(calls.len() > 100, "{} calls", calls.len());
+    assert_eq!(run_fleet(0), (known, samples, calls));
+}
+
 /// Runs a fleet of participants `first_id + 1 ..` for `INTERVALS` intervals, and counts the
 /// samples (every participant, ten times an interval, after the first ten intervals) in which
-/// the total was known.
-fn run_fleet(first_id: u64) -> (usize, usize) {
+/// the total was known; with the times the store was called.
+fn run_fleet(first_id: u64) -> (usize, usize, Vec<Duration>) {
     let clock = VirtualClock::new();
     let store = ScriptedStore::new(clock.clone());
     store.then((0..10_000).map(|_| Action::Delay(INTERVAL * 3 / 2)));
@@ -73,5 +80,5 @@ fn run_fleet(first_id: u64) -> (usize, usize) {
                 .count();
         }
     }
-    (known, samples)
+    (known, samples, store.call_times())
 }
