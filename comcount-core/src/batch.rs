@@ -94,6 +94,10 @@ impl Batch {
                 slots.push(Arc::clone(slot));
             }
         });
+        // Both are held until the flush settles: without the room they grew into, which is
+        // up to as much again.
+        request.entries.shrink_to_fit();
+        slots.shrink_to_fit();
         !slots.is_empty()
     }
 

@@ -53,13 +53,13 @@ impl Flight {
     pub(crate) fn send<S: Store>(
         &mut self,
         store: &Arc<S>,
-        request: &FlushRequest,
+        request: &Arc<FlushRequest>,
         report: &Reporter,
         now: Duration,
     ) -> Option<Answer> {
         self.latest_aim = self.latest_aim.max(Some(request.expect));
         let store = Arc::clone(store);
-        let request = request.clone();
+        let request = Arc::clone(request);
         let report = report.clone();
         let mut copy: Pin<Box<dyn Future<Output = Answer> + Send>> = Box::pin(async move {
             let result = store.flush(&request, &report).await;

@@ -50,7 +50,9 @@ pub(crate) struct Flusher<S, T> {
     aim: Aim,
     round_trip: RoundTrip,
     alarm: SharedAlarm,
-    request: FlushRequest,
+    /// The flush, shared with its copies in flight rather than copied into each: a flush of
+    /// many keys would otherwise hold its entries twice while it is awaited.
+    request: Arc<FlushRequest>,
     /// The keys the flush carries.
     batch: Batch,
     /// The last interval this participant is known to have added to.
@@ -140,13 +142,15 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             aim: Aim::spread(settings.interval_ms, partition, settings.partitions()),
             round_trip: RoundTrip::new(settings.policy.flush_timeout),
             alarm: alarm.clone(),
-            request: FlushRequest::new(
-                settings.space(partition),
-                *participant,
-                settings.interval_ms,
-            )
-            .with_seq(*first_seq)
-            .with_fence_ttl_ms(settings.fence_ttl_ms),
+            request: Arc::new(
+                FlushRequest::new(
+                    settings.space(partition),
+                    *participant,
+                    settings.interval_ms,
+                )
+                .with_seq(*first_seq)
+                .with_fence_ttl_ms(settings.fence_ttl_ms),
+            ),
             last_added: None,
             spread: fastrand::Rng::with_seed(participant.as_u64() ^ (u64::from(partition) << 32)),
             shared: Arc::clone(shared),
@@ -162,7 +166,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         self.watch.until(self.shared.started(), stop).await?;
         loop {
             let settled = self.flush(stop).await?;
-            self.batch.release(&mut self.request);
+            self.batch.release(Arc::make_mut(&mut self.request));
             if let Settled::Counted(interval) = settled {
                 self.last_added = self.last_added.max(Some(interval));
             }
@@ -216,10 +220,12 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             request,
             ..
         } = self;
+        // No copy of the last flush is left to share the request, so this takes no copy.
+        let request = Arc::make_mut(request);
         if !shared.while_open(|| batch.gather(request, ages))? {
             return Some(Settled::NotCounted);
         }
-        self.request.seq += 1;
+        request.seq += 1;
         let started = self.timer.now();
         let mut flight = Flight::default();
         let mut copies: u32 = 0;
@@ -309,7 +315,11 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     /// Sends a copy aimed at the interval the store will be in when it arrives, unless the
     /// counter is closed.
     fn send(&mut self, flight: &mut Flight, now: Duration) -> Sent {
-        self.request.expect = self.aim.expected_interval(now);
+        let expect = self.aim.expected_interval(now);
+        if self.request.expect != expect {
+            // Copied only when an earlier copy still holds the request.
+            Arc::make_mut(&mut self.request).expect = expect;
+        }
         let Self {
             shared,
             store,
