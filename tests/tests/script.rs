@@ -526,13 +526,12 @@ fn reporter() -> Reporter {
 
 /// Every key under `base`, by name, as DUMP serializes it: a byte-exact record of what the
 /// server holds.
-async fn dump(base: &str) -> BTreeMap<String, Vec<u8>> {
-    let mut connection = connect::multiplexed(&shared::standalone_url()).await;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{base}*"))
-        .query_async(&mut connection)
-        .await
-        .unwrap();
+async fn dump(
+    inspector: &RedisInspector<MultiplexedConnection>,
+    base: &str,
+) -> BTreeMap<String, Vec<u8>> {
+    let mut connection = inspector.0.clone();
+    let keys = inspector.keys(base).await;
     let mut dumped = BTreeMap::new();
     for key in keys {
         let bytes: Option<Vec<u8>> = redis::cmd("DUMP")
@@ -557,7 +556,10 @@ async fn assert_untouched(
     what: &str,
 ) {
     assert_unchanged(before, &inspector.snapshot(base).await, what);
-    assert!(dump(base).await == *dumped, "{what} changed a key's bytes");
+    assert!(
+        dump(inspector, base).await == *dumped,
+        "{what} changed a key's bytes"
+    );
 }
 
 /// A hash's fields, as `(field, total)` pairs.
@@ -646,7 +648,7 @@ async fn duplicate_stale_and_fenced_on_a_partition_fence() {
         let batch = family.flush(0, one, 1, &[("a", 2), ("b", 3)], n);
         expect(&flush(store, &batch).await, Outcome::Applied, n)?;
         let before = inspector.snapshot(&base).await;
-        let dumped = dump(&base).await;
+        let dumped = dump(inspector, &base).await;
         let reply = flush(store, &batch).await;
         expect(&reply, Outcome::Duplicate, n)?;
         assert_eq!(reply.counted_in, Some(n));
@@ -667,7 +669,7 @@ async fn duplicate_stale_and_fenced_on_a_partition_fence() {
         let later = family.flush(0, one, 3, &[("b", 1), ("c", 1)], m);
         expect(&flush(store, &later).await, Outcome::Applied, m)?;
         let before = inspector.snapshot(&base).await;
-        let dumped = dump(&base).await;
+        let dumped = dump(inspector, &base).await;
         let reply = flush(store, &batch).await;
         expect(&reply, Outcome::Stale, m)?;
         assert_eq!(reply.counted_in, None);
@@ -711,7 +713,7 @@ async fn a_total_that_would_overflow_refuses_the_whole_batch_and_writes_nothing(
             .await
             .unwrap();
         let before = inspector.snapshot(space.base()).await;
-        let dumped = dump(space.base()).await;
+        let dumped = dump(inspector, space.base()).await;
         let max = FlushRequest::MAX_AMOUNT;
         let refused: [(&str, &[(&str, u64)]); 6] = [
             ("a carry past the largest", &[("c9", 9)]),
@@ -797,7 +799,7 @@ async fn a_field_that_holds_no_total_refuses_the_batch_and_writes_nothing() {
                 .await
                 .unwrap();
             let before = inspector.snapshot(space.base()).await;
-            let dumped = dump(space.base()).await;
+            let dumped = dump(inspector, space.base()).await;
             for entries in [&[("ok", 1), ("x", 1)][..], &[("ok", 1), ("x", 0)]] {
                 let request = family.flush(0, ParticipantId::random(), 1, entries, n);
                 match store.flush(&request, &reporter()).await {
@@ -880,7 +882,7 @@ async fn each_bad_family_argument_is_an_err_reply_and_writes_nothing() {
     ];
     for (what, args, says) in cases {
         let before = inspector.snapshot(&base).await;
-        let dumped = dump(&base).await;
+        let dumped = dump(&inspector, &base).await;
         let error = eval_raw(&keys, &args)
             .await
             .expect_err(&format!("{what} was accepted"));
