@@ -246,4 +246,40 @@ mod tests {
             ["round trip slow", "round trip normal"]
         );
     }
+
+    #[test]
+    fn a_round_trip_of_exactly_the_threshold_is_not_slow() {
+        let (report, recorder) = reporter();
+        let mut alarm = SlowAlarm::new(ms(100));
+        for i in 0..10 {
+            alarm.answered(ms(i * 100), ms(i * 100 + 50), &report);
+        }
+        assert!(recorder.records().is_empty());
+        // Nor is a copy unanswered for exactly that long: evidence starts past it.
+        alarm.waiting(ms(1000), ms(1050), &report);
+        alarm.answered(ms(1000), ms(1050), &report);
+        alarm.answered(ms(1100), ms(1160), &report);
+        assert!(recorder.records().is_empty());
+    }
+
+    #[test]
+    fn only_replies_well_under_the_threshold_bring_it_down() {
+        let (report, recorder) = reporter();
+        let mut alarm = SlowAlarm::new(ms(80));
+        alarm.answered(ms(0), ms(120), &report);
+        alarm.answered(ms(120), ms(240), &report);
+        assert_eq!(recorder.messages(), ["round trip slow"]);
+        // Hovering just under the threshold, or at three eighths of the interval exactly,
+        // for more than an interval: still slow.
+        for (sent, round_trip) in [(240, 35), (320, 35), (400, 30), (480, 30), (560, 30)] {
+            alarm.answered(ms(sent), ms(sent + round_trip), &report);
+        }
+        assert_eq!(recorder.messages(), ["round trip slow"]);
+        alarm.answered(ms(640), ms(650), &report);
+        alarm.answered(ms(720), ms(730), &report);
+        assert_eq!(
+            recorder.messages(),
+            ["round trip slow", "round trip normal"]
+        );
+    }
 }

@@ -548,6 +548,30 @@ async fn a_round_trip_above_half_the_interval_is_reported_once<R: Runtime>(rt: R
     assert_eq!(s.events.with_message("round trip slow").len(), 1);
 }
 
+async fn a_store_that_answers_nothing_is_reported_slow<R: Runtime>(rt: R) {
+    // A flush timeout of three intervals: the warning does not wait for it.
+    let interval = rt.interval();
+    let s = Setup::with(rt, |b| b.flush_timeout(interval * 3));
+    s.store.then((0..12).map(|_| Action::Hang));
+    let first = s.timer.now();
+    s.counter.increment(1);
+    // No reply ever comes: the copy's age alone is the evidence.
+    s.expect_within(3, "the warning", || {
+        !s.events.with_message("round trip slow").is_empty()
+    })
+    .await;
+    let raised = s.events.with_message("round trip slow");
+    let round_trip: u128 = raised[0].attribute("round_trip").unwrap().parse().unwrap();
+    assert!(round_trip > s.interval().as_millis() / 2);
+    if s.rt.exact_time() {
+        assert!(
+            s.timer.now() - first <= s.interval() * 2,
+            "raised after {:?}",
+            s.timer.now() - first
+        );
+    }
+}
+
 async fn closing_with_a_flush_in_flight_reports_it_unsettled<R: Runtime>(rt: R) {
     let s = Setup::new(rt);
     s.store.then([Action::Hang]);
@@ -661,6 +685,7 @@ on_every_runtime!(
     dropping_every_handle_stops_the_tick,
     a_store_slower_than_the_timeout_still_settles_each_flush,
     a_round_trip_above_half_the_interval_is_reported_once,
+    a_store_that_answers_nothing_is_reported_slow,
     closing_with_a_flush_in_flight_reports_it_unsettled,
     closing_while_a_flush_is_resent_reports_it_unsettled,
     the_total_is_forgotten_when_the_counter_closes,
