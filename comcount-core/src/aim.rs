@@ -180,6 +180,37 @@ mod tests {
     }
 
     #[test]
+    fn a_flush_late_in_an_interval_not_added_to_waits_for_the_next() {
+        let mut aim = Aim::new(100);
+        let ms = Duration::from_millis;
+        // Applied in 7 at phase 40, round trip 10: a flush sent at 1010 + d arrives at 750 + d.
+        aim.observe(&reply(7, 40), ms(1000), ms(1010));
+        // Added to 6, not 7: up to a quarter past 7's middle a flush still goes at once...
+        assert_eq!(aim.delay_to_aim(ms(1034), Some(6)), Some(ms(0))); // arrives at 774
+        // ...but from then on it waits for the middle of 8, however long ago the last was.
+        assert_eq!(aim.delay_to_aim(ms(1035), Some(6)), Some(ms(75))); // arrives at 775
+        assert_eq!(aim.delay_to_aim(ms(1040), Some(3)), Some(ms(70)));
+        assert_eq!(aim.delay_to_aim(ms(1040), None), Some(ms(70)));
+    }
+
+    #[test]
+    fn a_partition_goes_at_once_only_within_a_quarter_of_its_phase_and_the_first_three() {
+        let ms = Duration::from_millis;
+        // Arriving at `phase` of interval 7, with nothing added to it yet.
+        let delay = |partition: u32, phase: u64| {
+            let mut aim = Aim::spread(1000, partition, 4);
+            aim.observe(&reply(7, phase), Duration::ZERO, Duration::ZERO);
+            aim.delay_to_aim(Duration::ZERO, Some(6)).unwrap()
+        };
+        // Partition 0 aims at 312: at once up to 562, a quarter past it.
+        assert_eq!(delay(0, 561), ms(0));
+        assert_eq!(delay(0, 562), ms(1000 - 562 + 312));
+        // Partition 3 aims at 687: at once only up to 750, three quarters in.
+        assert_eq!(delay(3, 749), ms(0));
+        assert_eq!(delay(3, 750), ms(1000 - 750 + 687));
+    }
+
+    #[test]
     fn partitions_aim_at_phases_spread_over_the_middle_half() {
         let phases: Vec<u64> = (0..4)
             .map(|p| Aim::spread(1000, p, 4).phase.as_millis() as u64)

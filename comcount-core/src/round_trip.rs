@@ -101,6 +101,16 @@ mod tests {
     }
 
     #[test]
+    fn the_deviation_follows_how_far_replies_stray_from_the_smoothed_round_trip() {
+        let mut rt = RoundTrip::new(ms(100));
+        rt.sample(ms(300));
+        rt.sample(ms(100));
+        // Smoothed (7 * 300 + 100) / 8 = 275; deviation (3 * 150 + 200) / 4 = 162.5.
+        assert_eq!(rt.smoothed(), Some(ms(275)));
+        assert_eq!(rt.timeout(), ms(275) + ms(650));
+    }
+
+    #[test]
     fn a_fast_store_keeps_the_floor() {
         let mut rt = RoundTrip::new(ms(100));
         for _ in 0..10 {

@@ -499,6 +499,26 @@ async fn a_store_slower_than_the_timeout_still_settles_each_flush<R: Runtime>(rt
     assert!(s.counter.group_total().is_some(), "the total is known");
 }
 
+async fn a_store_slower_than_four_intervals_settles_each_flush_with_one_copy<R: Runtime>(rt: R) {
+    // One copy a flush, kept four intervals, or four round trips once replies have timed them.
+    let s = Setup::with(rt, |b| b.resend_window(Duration::ZERO));
+    let interval = s.interval();
+    // Every reply takes three and a half intervals. The first flush takes two copies, since
+    // the first is aimed before the store's clock is known: seven intervals.
+    s.store
+        .then((0..40).map(|_| Action::Delay(interval * 7 / 2)));
+    for _ in 0..20 {
+        s.counter.increment(1);
+        s.sleep_intervals(1).await;
+    }
+    s.expect_within(14, "every unit counted", || {
+        completed_amount(&s.events) == 20
+    })
+    .await;
+    let failed = s.events.with_message("flush failed");
+    assert!(failed.is_empty(), "{failed:?}");
+}
+
 /// The sum of the amounts of the completed flushes.
 fn completed_amount(events: &Recorder) -> u64 {
     events
@@ -678,6 +698,7 @@ on_every_runtime!(
     close_stops_the_tick_and_keeps_counting_locally,
     dropping_every_handle_stops_the_tick,
     a_store_slower_than_the_timeout_still_settles_each_flush,
+    a_store_slower_than_four_intervals_settles_each_flush_with_one_copy,
     a_round_trip_above_half_the_interval_is_reported_once,
     a_store_that_answers_nothing_is_reported_slow,
     closing_with_a_flush_in_flight_reports_it_unsettled,
