@@ -259,4 +259,33 @@ mod tests {
             ConfigError::ResendWindowTooLong { .. }
         ));
     }
+
+    #[test]
+    fn the_limits_themselves_are_accepted() {
+        let longest = Duration::from_millis(FlushRequest::MAX_INTERVAL_MS);
+        assert_eq!(
+            Settings::new("a", "", longest).unwrap().interval_ms,
+            FlushRequest::MAX_INTERVAL_MS
+        );
+        // Half the fence's life (10 minutes for a short interval).
+        let half_the_fence = PolicyChoice {
+            resend_window: Some(Duration::from_secs(300)),
+            ..PolicyChoice::default()
+        };
+        assert!(Settings::with_policy("a", "", MIN_INTERVAL, half_the_fence).is_ok());
+    }
+
+    #[test]
+    fn an_unused_key_is_kept_a_minute_or_ten_intervals_if_longer() {
+        let evict_after = |interval: Duration| {
+            Settings::new("a", "", interval)
+                .unwrap()
+                .with_family(FamilyChoice::default())
+                .unwrap()
+                .evict_after_intervals()
+        };
+        assert_eq!(evict_after(Duration::from_secs(1)), Some(60));
+        assert_eq!(evict_after(Duration::from_secs(6)), Some(10));
+        assert_eq!(evict_after(Duration::from_secs(30)), Some(10));
+    }
 }

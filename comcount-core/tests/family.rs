@@ -500,6 +500,7 @@ fn closing_makes_every_total_unknown_and_sends_nothing_more() {
     assert_eq!(handle.group_total(), Some(1));
     let sent = bench.store.calls().len();
 
+    assert!(!family.is_closed());
     family.close();
     assert!(family.is_closed());
     assert_eq!(family.group_total("globex"), None);

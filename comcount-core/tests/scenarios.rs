@@ -434,6 +434,7 @@ async fn close_stops_the_tick_and_keeps_counting_locally<R: Runtime>(rt: R) {
         !s.events.with_message("flush completed").is_empty()
     })
     .await;
+    assert!(!s.counter.is_closed());
     s.counter.close();
     s.counter.close();
     assert!(s.counter.is_closed());
