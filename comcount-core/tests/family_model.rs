@@ -21,12 +21,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use comcount_core::clock::{Clock, VirtualClock};
+use comcount_core::clock::Clock;
 use comcount_core::diagnostics::{Diagnostics, Event};
 use comcount_core::keys::partition_of;
 use comcount_core::{Family, KeyCounter, KeySpace, Outcome, ParticipantId};
-use common::sim::{Fault, SimStore, fault};
-use futures::executor::LocalPool;
+use common::sim::{Fault, Sim, SimStore, cases, fault};
 use futures::task::LocalSpawnExt;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -173,9 +172,7 @@ struct Participant {
 }
 
 struct World {
-    clock: VirtualClock,
-    store: SimStore,
-    pool: LocalPool,
+    sim: Sim,
     partitions: u32,
     participants: Vec<Participant>,
 }
@@ -192,10 +189,10 @@ struct Shape {
 
 impl World {
     fn new(shape: Shape, faults: Vec<Fault>) -> Self {
-        let clock = VirtualClock::new();
-        let store = SimStore::new(clock.clone());
-        store.set_faults(faults);
-        let pool = LocalPool::new();
+        let sim = Sim::new(ms(INTERVAL_MS), faults);
+        let Sim {
+            clock, store, pool, ..
+        } = &sim;
         let participants = (0..shape.participants)
             .map(|i| {
                 let id = i as u64 + 1;
@@ -227,34 +224,14 @@ impl World {
             })
             .collect();
         Self {
-            clock,
-            store,
-            pool,
+            sim,
             partitions: shape.partitions,
             participants,
         }
     }
 
-    fn run_until(&mut self, target: Duration) {
-        self.store.run_until(&mut self.pool, target);
-    }
-
-    /// Runs until the participant sends a copy (for three intervals at most), then for
-    /// `after` more.
-    fn run_past_next_send(&mut self, index: usize, after: Duration) {
-        let id = self.participants[index].id;
-        let sent_before = self.store.sends(id).len();
-        let give_up = self.clock.now() + ms(3 * INTERVAL_MS);
-        while self.store.sends(id).len() == sent_before && self.clock.now() < give_up {
-            let next = self.clock.now() + ms(1);
-            self.run_until(next);
-        }
-        let target = self.clock.now() + after;
-        self.run_until(target);
-    }
-
     fn close(&mut self, index: usize) {
-        let now = self.clock.now();
+        let now = self.sim.clock.now();
         let p = &mut self.participants[index];
         p.family.close();
         p.closed_at.get_or_insert(now);
@@ -309,7 +286,7 @@ impl World {
         }
         if let Some(total) = group {
             prop_assert!(
-                self.store.brought(p.id, name, total),
+                self.sim.store.brought(p.id, name, total),
                 "participant {} takes {} as the total of {}, which no reply brought it",
                 p.id,
                 total,
@@ -326,7 +303,7 @@ impl World {
         // What was sent to each key of each interval's hash, and counted from each participant.
         let mut sums: HashMap<(String, Arc<str>), u64> = HashMap::new();
         let mut counted: HashMap<(u64, Arc<str>), u64> = HashMap::new();
-        for app in self.store.applications() {
+        for app in self.sim.store.applications() {
             let request = &app.request;
             let p = request.participant.as_u64();
             prop_assert!(!request.entries.is_empty(), "a flush with no key");
@@ -423,6 +400,7 @@ impl World {
             }
             if let Some(closed_at) = p.closed_at {
                 let late: Vec<_> = self
+                    .sim
                     .store
                     .sends(p.id)
                     .into_iter()
@@ -452,8 +430,7 @@ fn run_schedule(
     let mut world = World::new(shape, faults);
     let n = shape.participants;
     for (gap, step) in steps {
-        let target = world.clock.now() + ms(gap);
-        world.run_until(target);
+        world.sim.run_for(ms(gap));
         match step {
             Step::Increment {
                 participant,
@@ -469,7 +446,7 @@ fn run_schedule(
                 world.participants[participant % n].handles.remove(&key);
             }
             Step::Read { participant, key } => world.read(participant % n, key)?,
-            Step::Skew { by_ms } => world.store.skew(by_ms),
+            Step::Skew { by_ms } => world.sim.store.skew(by_ms),
             Step::Close { participant } => {
                 // Most draws miss, so that most schedules keep most participants.
                 if participant < n {
@@ -481,30 +458,20 @@ fn run_schedule(
                 after_ms,
             } => {
                 if participant < n {
-                    world.run_past_next_send(participant, ms(after_ms));
+                    let id = world.participants[participant].id;
+                    world.sim.run_past_next_send(id, ms(after_ms));
                     world.close(participant);
                 }
             }
         }
     }
-    // Faults stop; everything in the air lands or gives up, and the buffers are flushed.
-    world.store.clear_faults();
-    let settle = world.clock.now() + ms(10 * INTERVAL_MS);
-    world.run_until(settle);
-    prop_assert_eq!(world.store.in_flight(), 0);
+    world.sim.settle()?;
     world.check_invariants()?;
     for p in &world.participants {
         p.family.close();
     }
-    world.pool.run_until_stalled();
+    world.sim.pool.run_until_stalled();
     Ok(())
-}
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000)
 }
 
 fn shape() -> impl Strategy<Value = Shape> {
@@ -571,17 +538,15 @@ fn without_faults_every_key_is_counted_once() {
                 );
             }
         }
-        let target = world.clock.now() + ms(37);
-        world.run_until(target);
+        world.sim.run_for(ms(37));
         world
             .increment(i % 3, (i / 6) % KEYS.len(), 10, false)
             .unwrap();
     }
-    let settle = world.clock.now() + ms(10 * INTERVAL_MS);
-    world.run_until(settle);
+    world.sim.run_for(ms(10 * INTERVAL_MS));
     world.check_invariants().unwrap();
     let mut counted: HashMap<String, u64> = HashMap::new();
-    for app in world.store.applications() {
+    for app in world.sim.store.applications() {
         if app.reply.is_ok_and(|r| r.outcome == Outcome::Applied) {
             for entry in &app.request.entries {
                 *counted.entry(entry.key.to_string()).or_default() += entry.amount;

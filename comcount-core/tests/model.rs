@@ -10,11 +10,10 @@ mod common;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use comcount_core::clock::{Clock, VirtualClock};
+use comcount_core::clock::Clock;
 use comcount_core::diagnostics::{Diagnostics, Event};
 use comcount_core::{Counter, Outcome, ParticipantId};
-use common::sim::{Fault, SimStore, fault};
-use futures::executor::LocalPool;
+use common::sim::{Fault, Sim, SimStore, cases, fault};
 use futures::task::LocalSpawnExt;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -104,18 +103,16 @@ struct Participant {
 }
 
 struct World {
-    clock: VirtualClock,
-    store: SimStore,
-    pool: LocalPool,
+    sim: Sim,
     participants: Vec<Participant>,
 }
 
 impl World {
     fn new(participants: usize, faults: Vec<Fault>, original_rules: bool) -> Self {
-        let clock = VirtualClock::new();
-        let store = SimStore::new(clock.clone());
-        store.set_faults(faults);
-        let pool = LocalPool::new();
+        let sim = Sim::new(ms(INTERVAL_MS), faults);
+        let Sim {
+            clock, store, pool, ..
+        } = &sim;
         let participants = (0..participants)
             .map(|i| {
                 let id = i as u64 + 1;
@@ -142,17 +139,7 @@ impl World {
                 }
             })
             .collect();
-        Self {
-            clock,
-            store,
-            pool,
-            participants,
-        }
-    }
-
-    /// Runs everything up to `target`, stopping at every timer and replay on the way.
-    fn run_until(&mut self, target: Duration) {
-        self.store.run_until(&mut self.pool, target);
+        Self { sim, participants }
     }
 
     /// What the participant should take as the group's total now: the last total a reply
@@ -162,28 +149,14 @@ impl World {
         if participant.closed_at.is_some() {
             return None;
         }
-        let (at, total, round_trip) = self.store.last_reply(participant.id)?;
+        let (at, total, round_trip) = self.sim.store.last_reply(participant.id)?;
         let fresh_for = ms(2 * INTERVAL_MS) + round_trip.min(ms(3 * INTERVAL_MS));
-        let fresh = self.clock.now() - at < fresh_for;
+        let fresh = self.sim.clock.now() - at < fresh_for;
         total.filter(|_| fresh)
     }
 
-    /// Runs until the participant sends a copy (for three intervals at most), then for
-    /// `after` more.
-    fn run_past_next_send(&mut self, index: usize, after: Duration) {
-        let id = self.participants[index].id;
-        let sent_before = self.store.sends(id).len();
-        let give_up = self.clock.now() + ms(3 * INTERVAL_MS);
-        while self.store.sends(id).len() == sent_before && self.clock.now() < give_up {
-            let next = self.clock.now() + ms(1);
-            self.run_until(next);
-        }
-        let target = self.clock.now() + after;
-        self.run_until(target);
-    }
-
     fn close(&mut self, index: usize) {
-        let now = self.clock.now();
+        let now = self.sim.clock.now();
         let p = &mut self.participants[index];
         p.counter.close();
         p.closed_at.get_or_insert(now);
@@ -209,7 +182,7 @@ impl World {
     }
 
     fn check_invariants(&self) -> Result<(), TestCaseError> {
-        let applications = self.store.applications();
+        let applications = self.sim.store.applications();
         let mut applied_seqs = HashSet::new();
         let mut applied_intervals = HashSet::new();
         let mut sums: HashMap<String, u64> = HashMap::new();
@@ -280,6 +253,7 @@ impl World {
             );
             if let Some(closed_at) = p.closed_at {
                 let late: Vec<_> = self
+                    .sim
                     .store
                     .sends(p.id)
                     .into_iter()
@@ -307,14 +281,13 @@ fn run_schedule(
 ) -> Result<(), TestCaseError> {
     let mut world = World::new(participants, faults, original_rules);
     for (gap, step) in steps {
-        let target = world.clock.now() + ms(gap);
-        world.run_until(target);
+        world.sim.run_for(ms(gap));
         match step {
             Step::Increment {
                 participant,
                 amount,
             } => world.increment(participant % participants, amount)?,
-            Step::Skew { by_ms } => world.store.skew(by_ms),
+            Step::Skew { by_ms } => world.sim.store.skew(by_ms),
             Step::Close { participant } => {
                 // Most draws miss, so that most schedules keep most participants.
                 if participant < participants {
@@ -326,30 +299,20 @@ fn run_schedule(
                 after_ms,
             } => {
                 if participant < participants {
-                    world.run_past_next_send(participant, ms(after_ms));
+                    let id = world.participants[participant].id;
+                    world.sim.run_past_next_send(id, ms(after_ms));
                     world.close(participant);
                 }
             }
         }
     }
-    // Faults stop; everything in the air lands or gives up, and the buffers are flushed.
-    world.store.clear_faults();
-    let settle = world.clock.now() + ms(10 * INTERVAL_MS);
-    world.run_until(settle);
-    prop_assert_eq!(world.store.in_flight(), 0);
+    world.sim.settle()?;
     world.check_invariants()?;
     for p in &world.participants {
         p.counter.close();
     }
-    world.pool.run_until_stalled();
+    world.sim.pool.run_until_stalled();
     Ok(())
-}
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000)
 }
 
 proptest! {
@@ -391,7 +354,7 @@ fn without_faults_every_unit_is_counted_once() {
 /// The intervals each participant added to, in order.
 fn added_intervals(world: &World) -> HashMap<u64, Vec<u64>> {
     let mut added: HashMap<u64, Vec<u64>> = HashMap::new();
-    for app in world.store.applications() {
+    for app in world.sim.store.applications() {
         if let Ok(reply) = &app.reply
             && reply.outcome == Outcome::Applied
         {
@@ -420,7 +383,7 @@ proptest! {
         let faults = delays.into_iter().map(|d| Fault::Delay(ms(d))).collect();
         let mut world = World::new(participants, faults, false);
         for tick in 0..300u64 {
-            world.run_until(ms(tick * 10));
+            world.sim.run_until(ms(tick * 10));
             world.increment((tick as usize) % participants, 1)?;
         }
         for (participant, intervals) in added_intervals(&world) {

@@ -12,11 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use comcount_core::builder::Builder;
-use comcount_core::clock::{Clock, VirtualClock};
 use comcount_core::diagnostics::{Diagnostics, Event};
 use comcount_core::{Counter, Outcome, ParticipantId};
-use common::sim::{Fault, SimStore};
-use futures::executor::LocalPool;
+use common::sim::{Fault, Sim};
 use futures::task::LocalSpawnExt;
 
 const INTERVAL: Duration = Duration::from_millis(100);
@@ -45,9 +43,7 @@ impl Diagnostics for Failed {
 }
 
 struct World {
-    clock: VirtualClock,
-    store: SimStore,
-    pool: LocalPool,
+    sim: Sim,
     counter: Counter,
     failed: Failed,
 }
@@ -58,54 +54,36 @@ impl World {
     /// A participant that has flushed once, so that it knows the store's clock, and whose
     /// next copies meet `faults`.
     fn new(faults: Vec<Fault>, configure: impl FnOnce(Builder) -> Builder) -> Self {
-        let clock = VirtualClock::new();
-        let store = SimStore::new(clock.clone());
+        let sim = Sim::new(INTERVAL, []);
         let failed = Failed::default();
         let builder = Counter::builder("killed", INTERVAL)
             .participant(ParticipantId::from_u64(ID))
             .diagnostics(failed.clone());
         let (counter, worker) = configure(builder)
-            .build(store.clone(), clock.clone())
+            .build(sim.store.clone(), sim.clock.clone())
             .unwrap();
-        let pool = LocalPool::new();
-        pool.spawner().spawn_local(worker).unwrap();
+        sim.pool.spawner().spawn_local(worker).unwrap();
         let mut world = Self {
-            clock,
-            store,
-            pool,
+            sim,
             counter,
             failed,
         };
         world.counter.increment(1);
         world.run_for(INTERVAL * 3);
         assert_eq!(world.counted(), 1);
-        world.store.set_faults(faults);
+        world.sim.store.set_faults(faults);
         world
     }
 
     /// Runs everything for `by`, stopping at every timer and replay on the way.
     fn run_for(&mut self, by: Duration) {
-        let target = self.clock.now() + by;
-        loop {
-            self.pool.run_until_stalled();
-            let next = [self.clock.next_wake(), self.store.next_replay()]
-                .into_iter()
-                .flatten()
-                .min()
-                .filter(|at| *at <= target);
-            self.clock.advance_to(next.unwrap_or(target));
-            self.store.run_due_replays();
-            if next.is_none() {
-                self.pool.run_until_stalled();
-                return;
-            }
-        }
+        self.sim.run_for(by);
     }
 
     /// Runs until the participant has sent `n` copies in all.
     fn run_until_sent(&mut self, n: usize) {
         for _ in 0..1_000 {
-            if self.store.sends(ID).len() >= n {
+            if self.sim.store.sends(ID).len() >= n {
                 return;
             }
             self.run_for(ms(1));
@@ -115,7 +93,8 @@ impl World {
 
     /// The amount the store applied from the participant, each flush at most once.
     fn counted(&self) -> u64 {
-        self.store
+        self.sim
+            .store
             .applications()
             .iter()
             .filter(|app| {
@@ -148,7 +127,7 @@ impl World {
             self.counter.buffered(),
             self.dropped(),
             self.unsettled(),
-            self.store.applications()
+            self.sim.store.applications()
         );
     }
 }
@@ -163,7 +142,7 @@ fn a_turned_away_copy_the_client_retries_is_not_put_back_when_the_flush_ends() {
         vec![Fault::TurnedAwayThenReplayed { after: ms(30) }],
         Builder::original_rules,
     );
-    let sent = w.store.sends(ID).len();
+    let sent = w.sim.store.sends(ID).len();
     w.counter.increment(5);
     w.run_until_sent(sent + 1);
     w.run_for(INTERVAL * 10);
@@ -179,12 +158,12 @@ fn a_turned_away_copy_the_client_retries_is_not_put_back_when_the_flush_ends() {
 #[test]
 fn a_turned_away_copy_the_client_retries_is_not_put_back_when_the_counter_closes() {
     let mut w = World::new(vec![Fault::TurnedAwayThenReplayed { after: ms(30) }], |b| b);
-    let sent = w.store.sends(ID).len();
+    let sent = w.sim.store.sends(ID).len();
     w.counter.increment(5);
     w.run_until_sent(sent + 1);
     // The resend waits a fiftieth of the interval: close within it.
     w.run_for(ms(1));
-    assert_eq!(w.store.sends(ID).len(), sent + 1);
+    assert_eq!(w.sim.store.sends(ID).len(), sent + 1);
     w.counter.close();
     w.run_for(INTERVAL * 10);
     assert_eq!(w.counted(), 6, "the retried copy is counted, once");

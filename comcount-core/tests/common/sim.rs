@@ -435,3 +435,66 @@ impl Drop for InFlight<'_> {
         self.0.lock().in_flight -= 1;
     }
 }
+
+/// A model's world on virtual time: the clock, the simulated store on it, and the executor
+/// that runs the participants' workers.
+pub struct Sim {
+    pub clock: VirtualClock,
+    pub store: SimStore,
+    pub pool: LocalPool,
+    interval: Duration,
+}
+
+impl Sim {
+    /// A world whose participants flush every `interval`, on a store with these faults.
+    pub fn new(interval: Duration, faults: impl IntoIterator<Item = Fault>) -> Self {
+        let clock = VirtualClock::new();
+        let store = SimStore::new(clock.clone());
+        store.set_faults(faults);
+        Self {
+            clock,
+            store,
+            pool: LocalPool::new(),
+            interval,
+        }
+    }
+
+    /// Runs everything up to `target`, stopping at every timer and replay on the way.
+    pub fn run_until(&mut self, target: Duration) {
+        self.store.run_until(&mut self.pool, target);
+    }
+
+    /// Runs everything for `by`.
+    pub fn run_for(&mut self, by: Duration) {
+        let target = self.clock.now() + by;
+        self.run_until(target);
+    }
+
+    /// Runs until `participant` sends a copy (for three intervals at most), then for `after`
+    /// more.
+    pub fn run_past_next_send(&mut self, participant: u64, after: Duration) {
+        let sent_before = self.store.sends(participant).len();
+        let give_up = self.clock.now() + self.interval * 3;
+        while self.store.sends(participant).len() == sent_before && self.clock.now() < give_up {
+            self.run_for(Duration::from_millis(1));
+        }
+        self.run_for(after);
+    }
+
+    /// Stops the faults and runs ten intervals, in which everything in the air lands or
+    /// gives up and the buffers are flushed; fails if a flush is still in the store's hands.
+    pub fn settle(&mut self) -> Result<(), TestCaseError> {
+        self.store.clear_faults();
+        self.run_for(self.interval * 10);
+        prop_assert_eq!(self.store.in_flight(), 0);
+        Ok(())
+    }
+}
+
+/// How many schedules a model test generates: `PROPTEST_CASES`, or 10,000.
+pub fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
+}
