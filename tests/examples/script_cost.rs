@@ -21,6 +21,10 @@
 //!
 //! Each per-key figure is set against a counter's flush, the cost the target is measured in:
 //! a key of a batch should cost at most a fifth of a counter's flush.
+//!
+//! Then where a key's time goes: a 1000-key batch into a hash that holds its keys, the
+//! interval before holding them too, run by copies of the script cut short after each part;
+//! and what the Lua operations and Redis commands it is made of cost alone.
 
 use comcount_core::{Entry, FlushRequest, KeySpace, ParticipantId, script};
 use comcount_tests::bench::{info, redis_cpu};
@@ -95,7 +99,74 @@ async fn main() {
             );
         }
     }
+    println!();
+    println!("### Where a key's time goes: {PARTS_SIZE} keys into a hash that holds them");
+    println!();
+    println!("| the script up to | run time per key (least) | the part alone |");
+    println!("| --- | ---: | ---: |");
+    let mut before = 0.0;
+    for (part, per_key) in bench.parts(rounds).await {
+        println!("| {part} | {per_key:.2} µs | {:.2} µs |", per_key - before);
+        before = per_key;
+    }
+    println!();
+    println!("| operation | run time |");
+    println!("| --- | ---: |");
+    for (operation, time) in bench.operations().await {
+        println!("| {operation} | {time:.2} µs |");
+    }
     drop(server);
+}
+
+/// The batch the parts are timed on.
+const PARTS_SIZE: usize = 1000;
+
+/// How a copy of the script is cut short.
+enum Cut {
+    /// It returns just before this line.
+    ReturnBefore(&'static str),
+    /// It leaves this line out.
+    Without(&'static str),
+    /// It is whole.
+    Whole,
+}
+
+/// The copies of the script timed, each with the last part it runs.
+const CUTS: [(&str, Cut); 4] = [
+    (
+        "checking the arguments",
+        Cut::ReturnBefore("local time = redis.call('TIME')"),
+    ),
+    (
+        "`TIME` and the `HMGET` of the interval before",
+        Cut::ReturnBefore("local function answer("),
+    ),
+    (
+        "the fence, this interval's `HMGET` and the new totals",
+        Cut::Without("      write(unpack(changes))\n"),
+    ),
+    ("the `HSET`: the whole script", Cut::Whole),
+];
+
+impl Cut {
+    fn apply(&self, source: &str) -> String {
+        let find = |line: &str| {
+            source
+                .find(line)
+                .unwrap_or_else(|| panic!("the script has no {line:?} to cut at"))
+        };
+        match *self {
+            Cut::ReturnBefore(line) => {
+                let at = find(line);
+                format!("{}do return 0 end\n{}", &source[..at], &source[at..])
+            }
+            Cut::Without(line) => {
+                let at = find(line);
+                format!("{}{}", &source[..at], &source[at + line.len()..])
+            }
+            Cut::Whole => source.to_owned(),
+        }
+    }
 }
 
 struct Bench {
@@ -196,16 +267,140 @@ impl Bench {
 
     /// Runs one request alone; returns Redis's time for it, in µs.
     async fn alone(&mut self, request: &FlushRequest) -> f64 {
+        let (reply, usec) = self.alone_with(&self.sha.clone(), request).await;
+        assert_applied(&reply);
+        usec
+    }
+
+    /// Runs one request alone through the script `sha`; returns its reply and Redis's time
+    /// for it, in µs.
+    async fn alone_with(&mut self, sha: &str, request: &FlushRequest) -> (redis::Value, f64) {
         let (usec, calls) = self.evalsha_stats().await;
-        let reply: redis::Value = self
-            .evalsha(request)
+        let keys = request.keys();
+        let reply: redis::Value = redis::cmd("EVALSHA")
+            .arg(sha)
+            .arg(keys.len())
+            .arg(&keys[..])
+            .arg(&script::arguments(request)[..])
             .query_async(&mut self.connection)
             .await
             .unwrap();
         let (usec_after, calls_after) = self.evalsha_stats().await;
-        assert_applied(&reply);
         assert_eq!(calls_after - calls, 1.0, "another EVALSHA ran in between");
-        usec_after - usec
+        (reply, usec_after - usec)
+    }
+
+    /// The script up to each cut of [`CUTS`], and its least run time per key: the call a busy
+    /// machine disturbed least.
+    async fn parts(&mut self, rounds: usize) -> Vec<(&'static str, f64)> {
+        let mut parts = Vec::new();
+        for (part, cut) in CUTS {
+            let source = cut.apply(script::SOURCE);
+            let sha: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(&source)
+                .query_async(&mut self.connection)
+                .await
+                .unwrap();
+            let mut times = Vec::new();
+            for _ in 0..rounds {
+                let space = self.space(true);
+                // The first flush makes this interval's hash; the one before is written here.
+                let first = self.request(space.clone(), 1, Some(PARTS_SIZE));
+                self.alone(&first).await;
+                let mut before = redis::cmd("HSET");
+                before.arg(&first.keys()[1]);
+                for entry in &first.entries {
+                    before.arg(&*entry.key).arg(entry.amount * 7);
+                }
+                before.arg("").arg("-".repeat(1025));
+                let mut pipe = redis::pipe();
+                pipe.add_command(before)
+                    .cmd("HDEL")
+                    .arg(&first.keys()[1])
+                    .arg("");
+                let _: () = pipe.query_async(&mut self.connection).await.unwrap();
+                let second = self.request(space, 2, Some(PARTS_SIZE));
+                let (_, usec) = self.alone_with(&sha, &second).await;
+                times.push(usec / PARTS_SIZE as f64);
+            }
+            parts.push((part, least(&times)));
+        }
+        parts
+    }
+
+    /// What the script's operations cost alone: Lua's per call, Redis's commands per field
+    /// of a 1000-field hash table.
+    async fn operations(&mut self) -> Vec<(&'static str, f64)> {
+        const CALLS: usize = 200_000;
+        let lua = [
+            (
+                "a pattern match of a total",
+                "x = string.match(s, '^[1-9]%d*$')",
+            ),
+            ("`tonumber`", "x = tonumber(s)"),
+            ("`string.format('%d')`", "x = string.format('%d', n)"),
+        ];
+        let mut costs = Vec::new();
+        let empty = self.eval_time(&lua_loop("x = i"), &[]).await;
+        for (name, body) in lua {
+            let time = self.eval_time(&lua_loop(body), &[]).await;
+            costs.push((name, (time - empty) / CALLS as f64));
+        }
+        let fields: Vec<String> = (0..PARTS_SIZE).map(|i| format!("key-{i}")).collect();
+        let mut set = redis::cmd("HSET");
+        set.arg("ops{h}");
+        for field in &fields {
+            set.arg(field).arg(12_345);
+        }
+        set.arg("").arg("-".repeat(1025));
+        let _: () = set.query_async(&mut self.connection).await.unwrap();
+        let _: () = redis::cmd("HDEL")
+            .arg("ops{h}")
+            .arg("")
+            .query_async(&mut self.connection)
+            .await
+            .unwrap();
+        let commands = [
+            (
+                "`HMGET`, a field",
+                "redis.call('HMGET', KEYS[1], unpack(ARGV))",
+            ),
+            (
+                "`HSET`, a field (its arguments built in Lua included)",
+                "local t = {} for i = 1, #ARGV do t[2 * i - 1] = ARGV[i] t[2 * i] = '12352' end \
+                 redis.call('HSET', KEYS[1], unpack(t))",
+            ),
+            (
+                "`HINCRBY`, one `redis.call` a field",
+                "for i = 1, #ARGV do redis.call('HINCRBY', KEYS[1], ARGV[i], 7) end",
+            ),
+        ];
+        let bare = self.eval_time("return 0", &fields).await;
+        for (name, body) in commands {
+            let time = self.eval_time(&format!("{body} return 0"), &fields).await;
+            costs.push((name, (time - bare) / PARTS_SIZE as f64));
+        }
+        costs
+    }
+
+    /// Redis's time for one `EVAL` of `body` on the key `ops{h}` with `fields` as `ARGV`, in
+    /// µs: the least of five.
+    async fn eval_time(&mut self, body: &str, fields: &[String]) -> f64 {
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let before = eval_usec(&mut self.stats).await;
+            let _: redis::Value = redis::cmd("EVAL")
+                .arg(body)
+                .arg(1)
+                .arg("ops{h}")
+                .arg(fields)
+                .query_async(&mut self.connection)
+                .await
+                .unwrap();
+            times.push(eval_usec(&mut self.stats).await - before);
+        }
+        least(&times)
     }
 
     async fn counter(&mut self, rounds: usize) -> Row {
@@ -276,6 +471,26 @@ fn assert_applied(reply: &redis::Value) {
         redis::Value::Array(fields) if fields.first() == Some(&redis::Value::Int(0)) => {}
         other => panic!("the flush was not applied: {other:?}"),
     }
+}
+
+/// A Lua loop that runs `body` 200,000 times, with a total `s` and a number `n` at hand.
+fn lua_loop(body: &str) -> String {
+    format!(
+        "local s, n, x = '123456789', 123456796, nil \
+         for i = 1, 200000 do {body} end return 0"
+    )
+}
+
+/// The `usec` of `EVAL` in `INFO commandstats`.
+async fn eval_usec(stats: &mut MultiplexedConnection) -> f64 {
+    info(stats, "commandstats")
+        .await
+        .get("cmdstat_eval")
+        .and_then(|line| {
+            line.split(',')
+                .find_map(|kv| kv.strip_prefix("usec=")?.parse().ok())
+        })
+        .unwrap_or(0.0)
 }
 
 fn least(values: &[f64]) -> f64 {
