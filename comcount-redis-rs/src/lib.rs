@@ -141,6 +141,8 @@ compile_error!(
      (the default) or the `smol` feature"
 );
 
+// The one-line constructors need a reconnecting connection: without either, nothing is left.
+#[cfg(any(feature = "connection-manager", feature = "cluster"))]
 mod connect;
 mod errors;
 mod reply;
