@@ -90,11 +90,11 @@ impl Shared {
     }
 
     /// The hot path: adds `amount` to `slot` and returns the max rule's count; wakes the
-    /// background task on the key's very first add.
+    /// background task on the very first add.
     #[inline]
     pub(crate) fn increment(&self, slot: &Slot, amount: u64) -> Result<u64, Refusal> {
-        let (count, first) = slot.add(amount)?;
-        if first {
+        let (count, found_empty) = slot.add(amount)?;
+        if found_empty {
             self.start();
         }
         Ok(count)
@@ -108,7 +108,9 @@ impl Shared {
 
     #[cold]
     fn start(&self) {
-        if !self.started.swap(true, Ordering::AcqRel) {
+        // Once set, the flag is only read: an add that finds a key's buffer empty (once an
+        // interval at most) costs a read of a line that every core keeps.
+        if !self.started.load(Ordering::Relaxed) && !self.started.swap(true, Ordering::AcqRel) {
             self.start.0.wake();
         }
     }

@@ -1,21 +1,22 @@
 //! One key's numbers: its unsent buffer, its group total, and when it was last asked for.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use crate::tally::{self, Buffer, GroupTotal, Refusal};
 
 /// The numbers of one key: a counter's only key, or one key of a family.
 ///
-/// `increment` touches the buffer, the started flag and the total, all in this one place; the
-/// rest is the background task's.
+/// `increment` writes the buffer and reads the total; the rest is the background task's. The
+/// two are kept at opposite ends (`repr(C)` keeps the order), which puts them on different
+/// cache lines for half the places an allocation can start, where next to each other they never
+/// were: under contention the buffer's line moves between cores with every add, and a total on
+/// a line of its own stays in every core's cache.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Slot {
     pub(crate) buffer: Buffer,
-    pub(crate) total: GroupTotal,
-    /// Whether this key was ever incremented.
-    started: AtomicBool,
     /// The key within its family; empty for a counter.
     pub(crate) key: Arc<str>,
     /// The last interval number (as the family's worker counts them) the key was looked up
@@ -24,6 +25,7 @@ pub(crate) struct Slot {
     /// When a reply last brought a known total, in milliseconds of the worker's timer;
     /// [`NEVER`] before the first.
     refreshed_ms: AtomicU64,
+    pub(crate) total: GroupTotal,
 }
 
 /// The refresh time of a key whose total was never known.
@@ -33,21 +35,20 @@ impl Slot {
     pub(crate) fn new(key: Arc<str>, asked: u64) -> Self {
         Self {
             buffer: Buffer::default(),
-            total: GroupTotal::default(),
-            started: AtomicBool::new(false),
             key,
             asked: AtomicU64::new(asked),
             refreshed_ms: AtomicU64::new(NEVER),
+            total: GroupTotal::default(),
         }
     }
 
     /// The hot path: adds `amount` and returns the max rule's count. The second value is
-    /// whether this was the key's first add, which starts the background flushing.
+    /// whether the add found the buffer empty, as the key's first add does: the caller then
+    /// makes sure that the background flushing has started.
     #[inline]
     pub(crate) fn add(&self, amount: u64) -> Result<(u64, bool), Refusal> {
         let buffered = self.buffer.add(amount)?;
-        let first = !self.started.load(Relaxed) && !self.started.swap(true, Relaxed);
-        Ok((tally::count(self.total.get(), buffered), first))
+        Ok((tally::count(self.total.get(), buffered), buffered == amount))
     }
 
     /// What `add(0)` would return, without starting anything.
@@ -89,5 +90,22 @@ impl Slot {
             NEVER => None,
             at => Some(now.saturating_sub(Duration::from_millis(at))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{offset_of, size_of};
+
+    use super::*;
+
+    #[test]
+    fn the_buffer_and_the_total_sit_at_opposite_ends_of_48_bytes() {
+        assert_eq!(offset_of!(Slot, buffer), 0);
+        assert_eq!(
+            offset_of!(Slot, total),
+            size_of::<Slot>() - size_of::<GroupTotal>()
+        );
+        assert_eq!(size_of::<Slot>(), 48);
     }
 }
