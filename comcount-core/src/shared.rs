@@ -108,8 +108,8 @@ impl Shared {
 
     #[cold]
     fn start(&self) {
-        // Once set, the flag is only read: an add that finds a key's buffer empty (once an
-        // interval at most) costs a read of a line that every core keeps.
+        // Once set, the flag is only read: an add that finds a key's buffer empty (its first
+        // after each flush, or an add of 0) costs a read of a line that every core keeps.
         if !self.started.load(Ordering::Relaxed) && !self.started.swap(true, Ordering::AcqRel) {
             self.start.0.wake();
         }
