@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::store::FlushReply;
 
-/// How many recent round trips the aim takes the least of.
+/// How many recent round trips the aim takes the middle of.
 const RECENT: usize = 4;
 
 #[derive(Debug)]
@@ -56,19 +56,31 @@ impl Aim {
     /// Learns the store's clock from a reply to a flush sent at `sent` and answered at
     /// `received` (local times).
     ///
-    /// The round trip it plans with is the least of the last few: a copy held up once (in a
-    /// client's queue through a failover, say) says little about the next one, while a store
-    /// that is slow every time is slow in all of them.
+    /// The round trip it plans with is the newest, or the lower median of the last few when
+    /// that is less: a copy held up once (in a client's queue through a failover, say) says
+    /// little about the next one, while a store that is slow every time is slow in all of them,
+    /// and the first quick reply after an outage is taken at once.
     pub(crate) fn observe(&mut self, reply: &FlushReply, sent: Duration, received: Duration) {
         let start = self.start_of(reply.interval);
-        self.recent[self.next] = Some(received.saturating_sub(sent));
+        let newest = received.saturating_sub(sent);
+        self.recent[self.next] = Some(newest);
         self.next = (self.next + 1) % RECENT;
-        let round_trip = self.recent.iter().flatten().min().copied();
         self.anchor = Some(Anchor {
             received,
             store_time: start.saturating_add(reply.phase),
-            round_trip: round_trip.unwrap_or_default(),
+            round_trip: newest.min(self.lower_median()),
         });
+    }
+
+    /// The lower median of the recent round trips: one held-up copy among them does not move
+    /// it, and under a queue that fills and drains it sits in the middle of the spread, where
+    /// the least of them would have nearly every flush arrive later than aimed.
+    fn lower_median(&self) -> Duration {
+        let mut recent = self.recent;
+        recent.sort_unstable();
+        // `None` sorts first: skip the slots not yet filled.
+        let filled = &recent[recent.iter().filter(|r| r.is_none()).count()..];
+        filled[(filled.len() - 1) / 2].unwrap_or_default()
     }
 
     /// The store's time when a flush sent at `now` arrives: the anchor's time, half a round
@@ -160,6 +172,34 @@ mod tests {
         aim.observe(&reply(30, 0), ms(1010), ms(3010));
         // A flush sent now arrives about 10 ms after the store's 3000: in interval 30.
         assert_eq!(aim.expected_interval(ms(3010)), 30);
+    }
+
+    #[test]
+    fn a_queue_that_fills_and_drains_is_planned_for_with_the_middle_of_its_round_trips() {
+        let mut aim = Aim::new(100);
+        let ms = Duration::from_millis;
+        // Round trips of 100, 300, 200 and 250 ms, each reply from interval 7 at phase 40.
+        for (sent, received) in [(0, 100), (0, 300), (0, 200), (50, 300)] {
+            aim.observe(&reply(7, 40), ms(sent), ms(received));
+        }
+        // Planned with 200 ms, the lower median, not the least (100): a flush sent at once
+        // arrives at 740 + 200 = 940, in interval 9, not 8.
+        assert_eq!(aim.expected_interval(ms(300)), 9);
+        assert_eq!(aim.expected_interval(ms(359)), 9);
+        assert_eq!(aim.expected_interval(ms(360)), 10);
+    }
+
+    #[test]
+    fn the_first_quick_reply_after_slow_ones_is_planned_with_at_once() {
+        let mut aim = Aim::new(100);
+        let ms = Duration::from_millis;
+        for _ in 0..3 {
+            aim.observe(&reply(7, 40), ms(0), ms(2000));
+        }
+        aim.observe(&reply(30, 40), ms(3000), ms(3010));
+        // Planned with 10 ms: a flush sent at once arrives at 3040 + 10, in interval 30.
+        assert_eq!(aim.expected_interval(ms(3010)), 30);
+        assert_eq!(aim.expected_interval(ms(3060)), 31);
     }
 
     #[test]
