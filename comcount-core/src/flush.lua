@@ -12,16 +12,21 @@
 --   ARGV[3] EXPECT, the interval aimed at         0 ..= 2^53-1
 --   ARGV[4] fence life in ms                      1 ..= 2^53-1
 --   ARGV[5] the layout of the interval keys: 'c' or 'f'
---   ARGV[6], ARGV[7], ... the entries, as pairs of a key and the amount to add to it; an
---           amount is 0 ..= 2^63-1 (compared as digits)
+--   then the entries, as the layout says
 --
 -- Layouts:
---   'c'  a single counter: exactly one entry, whose key is empty. An interval key holds the
---        total as a plain integer (GET, INCRBY).
---   'f'  one partition of a family: 1 ..= MAX_ENTRIES entries, each key 1 ..= MAX_KEY_LEN
---        bytes and none twice. An interval key is a hash with a field per key holding its
---        total (HMGET, HSET). A flush of more than TABLE_FROM entries keeps the hash a hash
---        table, not a listpack (which looks fields up by scanning).
+--   'c'  a single counter. ARGV[6] is empty (the one entry's key) and ARGV[7] the amount,
+--        0 ..= 2^63-1 (compared as digits). An interval key holds the total as a plain
+--        integer (GET, INCRBY).
+--   'f'  one partition of a family. ARGV[6] is the entries packed as one MessagePack array:
+--        key, amount, key, amount, ... with 1 ..= MAX_ENTRIES entries, each key a string of
+--        1 ..= MAX_KEY_LEN bytes, each amount an integer 0 ..= 2^53-1 or a string of digits
+--        up to 2^63-1; a key that comes twice adds both amounts. An interval key is a hash:
+--        each participant's entries for the interval are one field, named by its fence key and
+--        holding ARGV[6] as sent. Once the interval has ended, the flushes of the next one sum
+--        the fields into the field '' (packed alike, each key once), at most FOLD_BUDGET
+--        entries a run; the field '+' holds the packed names of the fields summed so far, or ''
+--        once all of them are. A lone field is the totals as it stands, and is copied.
 --
 -- The server's interval is N = floor(TIME in ms / I), its phase TIME - N*I. The flush may land
 -- in the window EXPECT-1 <= N <= EXPECT+1; it writes KEYS[N-EXPECT+3] and reads the key before
@@ -29,37 +34,42 @@
 -- applied flush.
 --
 -- Outcomes, in the order they are checked:
---   error  a key or argument count, an argument or the fence is not as above
+--   error  a key or argument count, an argument is not as above
 --   4      wrong interval: N is outside the window
+--   error  'f': a field of N-1 that is to be summed holds no entries
+--   error  the fence is not "SEQ:N"
 --   1      duplicate: the fence holds this SEQ (applied before, in the fence's N)
 --   2      stale: the fence holds a later SEQ
 --   3      fenced: the fence holds an earlier SEQ applied in N or later
---   error  a total of N would pass 2^63-1 ('c': INCRBY refuses it, as the first write; 'f':
---          the new totals are worked out from one HMGET of N's hash before any write), or a
---          field of N's hash holds no total
---   0      applied: add each amount to its total of N ('c': INCRBY; 'f': one HSET of the new
---          totals, keys whose total does not change left out, or of the amounts as they came
---          when N's hash does not exist yet), PEXPIRE the interval key 3*I, SET the fence to
---          "SEQ:N" with the fence life
--- Every check, the overflow included, comes before the first write: an error or any outcome but
--- 0 leaves every key as it was, and an applied flush adds every amount or none.
+--   error  'c': the total of N would pass 2^63-1 (INCRBY refuses it, as the first write);
+--          'f': N's key is not a hash
+--   0      applied: 'c': INCRBY the total of N; 'f': write the sums of N-1 worked out for the
+--          reply, if any, and this participant's field of N. PEXPIRE the interval key 3*I,
+--          SET the fence to "SEQ:N" with the fence life.
+-- Every check comes before the first write: an error or any outcome but 0 leaves every key as
+-- it was, and an applied flush adds every amount or none. A family's sums are exact, and never
+-- larger than what its participants sent: a key whose sum would pass 2^63-1 holds 2^63-1.
 --
--- Reply: {outcome, N, phase in ms, interval counted in or nil, then one total of N-1 per entry,
--- in the entries' order, nil where there is none}; the interval counted in is N when applied,
--- the fence's interval for a duplicate, nil otherwise. A wrong interval carries no totals.
+-- Reply: {outcome, N, phase in ms, interval counted in or nil, then the totals of N-1}; the
+-- interval counted in is N when applied, the fence's interval for a duplicate, nil otherwise.
+-- 'c': the total of N-1, nil where there is none. 'f': the packed totals of N-1 (a key's total
+-- is the sum of its amounts there; while N-1 is still being summed, a part of its fields),
+-- nil where there are none. A wrong interval carries no totals.
 -- Error replies start with "ERR comcount:".
 local MAX_ENTRIES = 1000
 local MAX_KEY_LEN = 256
 local MAX_TOTAL = '9223372036854775807'
-local TABLE_FROM = 32
+-- Lua's numbers hold every integer below 2^53 exactly.
+local EXACT = 9007199254740992
+local FOLD_BUDGET = 10000
 
 if #KEYS ~= 5 then
   return redis.error_reply('ERR comcount: expected 5 keys, got ' .. #KEYS ..
     '; send the keys of this version of the script')
 end
-if #ARGV < 7 or #ARGV % 2 == 0 then
-  return redis.error_reply('ERR comcount: expected 5 arguments, then pairs of a key and ' ..
-    'an amount, got ' .. #ARGV .. ' arguments; send the arguments of this version of the script')
+if #ARGV < 6 then
+  return redis.error_reply('ERR comcount: expected at least 6 arguments, got ' .. #ARGV ..
+    ' arguments; send the arguments of this version of the script')
 end
 
 -- Whether digit string a is greater than digit string b, neither with a leading zero.
@@ -74,6 +84,11 @@ local function greater(a, b)
     end
   end
   return false
+end
+
+-- Whether s is a plain decimal integer: digits only, no sign, no leading zero.
+local function plain(s)
+  return s == '0' or string.match(s, '^[1-9]%d*$') ~= nil
 end
 
 -- The sum of digit strings a and b.
@@ -105,13 +120,29 @@ end
 -- Checks ARGV[i] against min ..= max (digit strings); returns nil or an error reply.
 local function check(i, name, min, max)
   local s = ARGV[i]
-  if (s == '0' or string.match(s, '^[1-9]%d*$')) and not greater(min, s) and not greater(s, max)
-  then
+  if plain(s) and not greater(min, s) and not greater(s, max) then
     return nil
   end
   return redis.error_reply('ERR comcount: ARGV[' .. i .. '] (' .. name .. ') is ' .. quote(s) ..
     ', not a plain decimal integer in ' .. min .. '..=' .. max ..
     '; nothing was written, send it within that range')
+end
+
+-- Whether a packed amount or total is one: an integer below 2^53, or digits up to 2^63-1.
+local function amount_ok(a)
+  if type(a) == 'number' then
+    return a >= 0 and a < EXACT and a % 1 == 0
+  end
+  return type(a) == 'string' and plain(a) and not greater(a, MAX_TOTAL)
+end
+
+-- The packed array in s, or nil when s is not exactly one MessagePack array.
+local function unpacked(s)
+  local ok, rest, array = pcall(cmsgpack.unpack_one, s)
+  if ok and rest == -1 and type(array) == 'table' then
+    return array
+  end
+  return nil
 end
 
 local bad = check(1, 'sequence number', '1', '9007199254740991')
@@ -123,48 +154,50 @@ if bad then
 end
 
 local layout = ARGV[5]
-local count = (#ARGV - 5) / 2
 local family = layout == 'f'
-local min_key, max_key
 if layout == 'c' then
-  if count ~= 1 then
-    return redis.error_reply('ERR comcount: layout c takes one entry, got ' .. count ..
-      '; send a counter one key and amount pair')
+  if #ARGV ~= 7 then
+    return redis.error_reply('ERR comcount: layout c takes 7 arguments, got ' .. #ARGV ..
+      ' arguments; send a counter one key and amount pair')
   end
-  min_key, max_key = 0, 0
-elseif family then
-  if count > MAX_ENTRIES then
-    return redis.error_reply('ERR comcount: layout f takes 1..=' .. MAX_ENTRIES ..
-      ' entries, got ' .. count .. '; split the flush')
+  if ARGV[6] ~= '' then
+    return redis.error_reply('ERR comcount: ARGV[6] (key) is ' .. quote(ARGV[6]) ..
+      ', not empty as layout c takes; nothing was written')
   end
-  min_key, max_key = 1, MAX_KEY_LEN
-else
-  return redis.error_reply('ERR comcount: ARGV[5] (layout) is ' .. quote(layout) ..
-    ', not c or f; nothing was written, send c for a counter or f for a family')
-end
-
--- The entries: keys (the fields of a family's hashes) and amounts.
-local fields, seen = {}, {}
-for j = 1, count do
-  local key, amount = ARGV[4 + 2 * j], ARGV[5 + 2 * j]
-  if #key < min_key or #key > max_key then
-    return redis.error_reply('ERR comcount: ARGV[' .. (4 + 2 * j) .. '] (key) is ' ..
-      quote(key) .. ', ' .. #key .. ' bytes, outside ' .. min_key .. '..=' .. max_key ..
-      ' for layout ' .. layout .. '; nothing was written')
-  end
-  if seen[key] then
-    return redis.error_reply('ERR comcount: ARGV[' .. (4 + 2 * j) .. '] (key) ' ..
-      quote(key) .. ' comes twice; nothing was written, send each key once')
-  end
-  seen[key] = true
-  fields[j] = key
   -- Up to 18 digits cannot pass the largest amount: only longer ones need the full check.
-  if not (#amount < 19 and (amount == '0' or string.match(amount, '^[1-9]%d*$'))) then
-    bad = check(5 + 2 * j, 'amount', '0', MAX_TOTAL)
+  local amount = ARGV[7]
+  if not (#amount < 19 and plain(amount)) then
+    bad = check(7, 'amount', '0', MAX_TOTAL)
     if bad then
       return bad
     end
   end
+elseif family then
+  if #ARGV ~= 6 then
+    return redis.error_reply('ERR comcount: layout f takes 6 arguments, got ' .. #ARGV ..
+      ' arguments; send a family its entries packed in one argument')
+  end
+  local entries = unpacked(ARGV[6])
+  if not entries or #entries % 2 ~= 0 or #entries < 2 or #entries > 2 * MAX_ENTRIES then
+    return redis.error_reply('ERR comcount: ARGV[6] (entries) is not one MessagePack array ' ..
+      'of 1..=' .. MAX_ENTRIES .. ' key and amount pairs; nothing was written')
+  end
+  for j = 1, #entries, 2 do
+    local key, amount = entries[j], entries[j + 1]
+    if type(key) ~= 'string' or #key < 1 or #key > MAX_KEY_LEN then
+      return redis.error_reply('ERR comcount: entry ' .. ((j + 1) / 2) .. ' has a key that ' ..
+        'is not a string of 1..=' .. MAX_KEY_LEN .. ' bytes; nothing was written')
+    end
+    if not (type(amount) == 'number' and amount >= 0 and amount < EXACT and amount % 1 == 0)
+      and not amount_ok(amount) then
+      return redis.error_reply('ERR comcount: entry ' .. ((j + 1) / 2) .. ' (key ' ..
+        quote(key) .. ') has an amount that is not an integer in 0..=' .. MAX_TOTAL ..
+        '; nothing was written, send it within that range')
+    end
+  end
+else
+  return redis.error_reply('ERR comcount: ARGV[5] (layout) is ' .. quote(layout) ..
+    ', not c or f; nothing was written, send c for a counter or f for a family')
 end
 
 local time = redis.call('TIME')
@@ -178,25 +211,122 @@ if n < expect - 1 or n > expect + 1 then
 end
 local slot = n - expect + 3
 
--- The totals of N-1, one per entry.
-local previous
-if n == 0 then
-  previous = {}
-  for j = 1, count do
-    previous[j] = false
+-- Sums what is left of the fields of the ended interval at key, within the budget: returns
+-- the totals to write to '' and the names summed, or nil and an error reply. Nothing is
+-- written here, so that every check comes before the first write.
+local function summed(key, totals, done)
+  local sums, order, keys = {}, {}, 0
+  -- The slow way, for sums that reach 2^53: digit strings, capped at the largest total.
+  local function add_digits(k, s, a)
+    if type(s) == 'number' then
+      s = string.format('%d', s)
+    end
+    if type(a) == 'number' then
+      a = string.format('%d', a)
+    end
+    s = sum(s, a)
+    if greater(s, MAX_TOTAL) then
+      s = MAX_TOTAL
+    end
+    sums[k] = s
   end
-elseif family then
-  previous = redis.call('HMGET', KEYS[slot - 1], unpack(fields))
-else
-  previous = {redis.call('GET', KEYS[slot - 1])}
+  local function fold(name, packed)
+    local entries = unpacked(packed)
+    if not entries or #entries % 2 ~= 0 then
+      return redis.error_reply('ERR comcount: field ' .. quote(name) .. ' of ' .. key ..
+        ' holds no entries; is another program writing under this prefix? Delete the key ' ..
+        'or change the prefix')
+    end
+    -- The fields were checked as they were written: what is summed here needs no check but
+    -- its shape. A sum below 2^53 is exact; the first one that is not goes to digits.
+    for j = 1, #entries, 2 do
+      local k, a = entries[j], entries[j + 1]
+      local s = sums[k]
+      if s == nil then
+        keys = keys + 1
+        order[keys] = k
+        sums[k] = a
+      else
+        local t = s + a
+        if t < EXACT then
+          sums[k] = t
+        else
+          add_digits(k, s, a)
+        end
+      end
+    end
+    return #entries / 2
+  end
+  -- The names summed into totals so far, then those summed now.
+  local names, seen = {}, {}
+  if totals then
+    local failed = fold('', totals)
+    if type(failed) == 'table' then
+      return nil, failed
+    end
+    names = unpacked(done)
+    if not names then
+      return nil, redis.error_reply('ERR comcount: field "+" of ' .. key .. ' is not a ' ..
+        'list of fields; is another program writing under this prefix? Delete the key or ' ..
+        'change the prefix')
+    end
+    for i = 1, #names do
+      seen[names[i]] = true
+    end
+  end
+  local pending = {}
+  for _, name in ipairs(redis.call('HKEYS', key)) do
+    if name ~= '' and name ~= '+' and not seen[name] then
+      pending[#pending + 1] = name
+    end
+  end
+  -- One participant's entries are the totals as they stand.
+  if not totals and #pending == 1 then
+    return redis.call('HGET', key, pending[1]), ''
+  end
+  local budget, left = FOLD_BUDGET, false
+  for i = 1, #pending do
+    if budget <= 0 then
+      left = true
+      break
+    end
+    local count = fold(pending[i], redis.call('HGET', key, pending[i]))
+    if type(count) == 'table' then
+      return nil, count
+    end
+    budget = budget - count
+    names[#names + 1] = pending[i]
+  end
+  local packed = {}
+  for i = 1, keys do
+    local k = order[i]
+    packed[2 * i - 1], packed[2 * i] = k, sums[k]
+  end
+  local state = ''
+  if left then
+    state = cmsgpack.pack(names)
+  end
+  return cmsgpack.pack(packed), state
 end
 
-local function answer(outcome, counted_in)
-  local reply = {outcome, n, phase, counted_in}
-  for j = 1, count do
-    reply[4 + j] = previous[j]
+-- The totals of N-1: a counter's integer, or a family's packed totals, summed as far as the
+-- budget allows where its fields are not all summed yet (written only if the flush is applied).
+local previous, progress = false, nil
+if n > 0 then
+  local key = KEYS[slot - 1]
+  if family then
+    local fields = redis.call('HMGET', key, '', '+')
+    previous = fields[1]
+    if fields[2] ~= '' and redis.call('EXISTS', key) == 1 then
+      local totals, state = summed(key, fields[1], fields[2])
+      if not totals then
+        return state
+      end
+      previous, progress = totals, state
+    end
+  else
+    previous = redis.call('GET', key)
   end
-  return reply
 end
 
 local fence = redis.call('GET', KEYS[5])
@@ -210,73 +340,29 @@ if fence then
   fenced_seq = tonumber(fenced_seq)
   fenced_n = tonumber(fenced_n)
   if seq == fenced_seq then
-    return answer(1, fenced_n)
+    return {1, n, phase, fenced_n, previous}
   end
   if seq < fenced_seq then
-    return answer(2, false)
+    return {2, n, phase, false, previous}
   end
   if fenced_n >= n then
-    return answer(3, false)
+    return {3, n, phase, false, previous}
   end
 end
 
 if family then
-  -- Writes field and total pairs to N's hash. A large batch writes it as a hash table, not a
-  -- listpack: a listpack finds a field by scanning, so a flush of hundreds of fields would
-  -- cost Redis time in the square of their number. A field too long for a listpack makes
-  -- Redis convert the hash before it writes; it is the empty field, no key's, and goes at
-  -- once, and the hash stays a hash table.
-  local function write(...)
-    if count > TABLE_FROM then
-      redis.call('HSET', KEYS[slot], '', string.rep('-', 1025), ...)
-      redis.call('HDEL', KEYS[slot], '')
-    else
-      redis.call('HSET', KEYS[slot], ...)
-    end
+  local kind = redis.call('TYPE', KEYS[slot])['ok']
+  if kind ~= 'none' and kind ~= 'hash' then
+    return redis.error_reply('ERR comcount: ' .. KEYS[slot] .. ' is not a hash; is another ' ..
+      'program writing under this prefix? Delete the key or change the prefix')
   end
-  if redis.call('EXISTS', KEYS[slot]) == 0 then
-    -- No total yet: the new totals are the amounts, written as they came.
-    write(unpack(ARGV, 6))
-  else
-    -- Every new total is worked out, and checked, before the first write: one that would
-    -- pass the largest total, or a field that holds no total, refuses the whole flush. Then
-    -- one HSET writes them all.
-    local current = redis.call('HMGET', KEYS[slot], unpack(fields))
-    local changes, k = {}, 0
-    for j = 1, count do
-      local total, amount = current[j], ARGV[5 + 2 * j]
-      local new = amount
-      if total then
-        if not (total == '0' or string.match(total, '^[1-9]%d*$')) then
-          return redis.error_reply('ERR comcount: field ' .. quote(fields[j]) .. ' of ' ..
-            KEYS[slot] .. ' is ' .. quote(total) .. ', not a total; is another program ' ..
-            'writing under this prefix? Delete the key or change the prefix')
-        end
-        if amount == '0' then
-          new = nil
-        elseif #total < 16 and #amount < 16 then
-          -- Both below 10^15: their sum is exact in Lua's numbers.
-          new = string.format('%d', tonumber(total) + tonumber(amount))
-        else
-          new = sum(total, amount)
-          if greater(new, MAX_TOTAL) then
-            return redis.error_reply('ERR comcount: the total of ' .. quote(fields[j]) ..
-              ' in ' .. KEYS[slot] .. ' would overflow past ' .. MAX_TOTAL ..
-              '; nothing was written')
-          end
-        end
-      end
-      if new then
-        changes[k + 1], changes[k + 2], k = fields[j], new, k + 2
-      end
-    end
-    if k > 0 then
-      write(unpack(changes))
-    end
+  if progress then
+    redis.call('HSET', KEYS[slot - 1], '', previous, '+', progress)
   end
+  redis.call('HSET', KEYS[slot], KEYS[5], ARGV[6])
 else
   redis.call('INCRBY', KEYS[slot], ARGV[7])
 end
 redis.call('PEXPIRE', KEYS[slot], 3 * interval)
 redis.call('SET', KEYS[5], ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])
-return answer(0, n)
+return {0, n, phase, n, previous}

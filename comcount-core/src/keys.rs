@@ -4,9 +4,11 @@
 //! `prefix{name}:n`, an integer, and each participant's fence under `prefix{name}:f:<id>`.
 //!
 //! A family keeps each of its partitions apart, under its own hash tag: partition `p` of the
-//! family `name` keeps the totals of interval `n` in one hash, `prefix{name@p}:n`, with a field
-//! per key, and each participant's fence under `prefix{name@p}:f:<id>`. A key belongs to the
-//! partition [`partition_of`] gives, which every participant computes alike.
+//! family `name` keeps interval `n` in one hash, `prefix{name@p}:n`, with a field per
+//! participant (its fence key) holding the amounts it added, and the totals summed from them
+//! under the field `""` once the interval has ended (see [`script`](crate::script)); each
+//! participant's fence is `prefix{name@p}:f:<id>`. A key belongs to the partition
+//! [`partition_of`] gives, which every participant computes alike.
 
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
@@ -19,7 +21,8 @@ use crate::store::ParticipantId;
 pub enum Layout {
     /// One integer per interval: a single counter's total.
     Counter,
-    /// One hash per interval, with a field per key: the totals of one partition of a family.
+    /// One hash per interval, with a field per participant: the amounts of one partition of a
+    /// family, and their totals once the interval has ended.
     Family,
 }
 
@@ -69,7 +72,7 @@ impl KeySpace {
         self.layout
     }
 
-    /// The key that holds the total (or the hash of totals) of interval `n`: `base:n`.
+    /// The key that holds the total (or a family partition's hash) of interval `n`: `base:n`.
     pub fn interval(&self, n: u64) -> String {
         // Sized up front, as for the fence: every flush builds five keys.
         let mut key = String::with_capacity(self.base.len() + 1 + 20);

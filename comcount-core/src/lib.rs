@@ -66,6 +66,7 @@ mod flight;
 mod flusher;
 pub mod keys;
 mod memory;
+mod packed;
 mod registry;
 mod round_trip;
 pub mod script;

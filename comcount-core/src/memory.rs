@@ -88,8 +88,8 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// The total of `field` in the hash at `key` (a family partition's interval key), if both
-    /// exist and the key has not expired.
+    /// The total of the family key `field` in the interval key `key` of a family's partition,
+    /// if both exist and the interval key has not expired.
     pub fn field(&self, key: &str, field: &str) -> Option<u64> {
         match self.live(key)?.value {
             Value::Totals(fields) => fields.get(field).copied(),
@@ -97,7 +97,8 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// Every field of the hash at `key`, sorted by field.
+    /// Every family key's total in the interval key `key` of a family's partition, sorted by
+    /// family key.
     pub fn fields(&self, key: &str) -> Vec<(String, u64)> {
         let mut fields: Vec<_> = match self.live(key).map(|e| e.value) {
             Some(Value::Totals(fields)) => fields
@@ -156,7 +157,6 @@ impl<C: Clock> MemoryStore<C> {
     /// The protocol's steps, as the flush script takes them: every check before the first
     /// write.
     fn run(&self, request: &FlushRequest) -> Result<FlushReply, StoreError> {
-        // A key twice would have one of its amounts overwritten by the other: refused here.
         request.check()?;
         let now = self.clock.now();
         let interval_ms = request.interval_ms;
@@ -215,24 +215,19 @@ impl<C: Clock> MemoryStore<C> {
             Some(_) => return Err(wrong_type(&fence_key)),
         }
         let key = request.interval_key(n);
-        let before = totals(&key)?;
-        let after = request
-            .entries
-            .iter()
-            .zip(&before)
-            .map(|(e, total)| {
-                total
-                    .unwrap_or(0)
-                    .checked_add(e.amount)
-                    .filter(|t| *t <= MAX)
-                    .ok_or_else(|| StoreError::refused("increment or decrement would overflow"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-
         let expires_at = now + Duration::from_millis(interval_ms.saturating_mul(3));
         let value = match request.space.layout() {
-            Layout::Counter => Value::Total(after[0]),
+            Layout::Counter => {
+                // A total that would pass the largest refuses the flush, as `INCRBY` does.
+                let before = totals(&key)?[0].unwrap_or(0);
+                let total = before
+                    .checked_add(request.amount())
+                    .filter(|t| *t <= MAX)
+                    .ok_or_else(|| StoreError::refused("increment or decrement would overflow"))?;
+                Value::Total(total)
+            }
             _ => {
+                totals(&key)?;
                 let mut fields = match state.values.remove(&key) {
                     Some(Entry {
                         value: Value::Totals(fields),
@@ -240,8 +235,11 @@ impl<C: Clock> MemoryStore<C> {
                     }) if expires_at > now => fields,
                     _ => HashMap::new(),
                 };
-                for (entry, total) in request.entries.iter().zip(after) {
-                    fields.insert(Arc::clone(&entry.key), total);
+                // A family's total stops at the largest, as the script's sums do; a key that
+                // comes twice adds both amounts.
+                for entry in &request.entries {
+                    let total = fields.entry(Arc::clone(&entry.key)).or_default();
+                    *total = total.saturating_add(entry.amount).min(MAX);
                 }
                 Value::Totals(fields)
             }
@@ -556,32 +554,30 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_that_would_overflow_one_field_writes_nothing() {
+    fn a_family_total_stops_at_the_largest_a_counter_refuses_to_pass() {
         let store = store_in(10);
         store
             .run(&batch(1, 1, &[("a", 1), ("b", MAX)], 10))
             .unwrap();
-        let keys = store.keys();
-        let error = store
-            .run(&batch(2, 1, &[("a", 5), ("b", 1)], 10))
-            .unwrap_err();
+        let reply = store.run(&batch(2, 1, &[("a", 5), ("b", 1)], 10)).unwrap();
+        assert_eq!(reply.outcome, Outcome::Applied);
+        assert_eq!(store.field("{m@0}:10", "a"), Some(6));
+        assert_eq!(store.field("{m@0}:10", "b"), Some(MAX));
+        store.run(&request(1, 1, MAX, 10)).unwrap();
+        let error = store.run(&request(2, 1, 1, 10)).unwrap_err();
         assert_eq!(error.kind(), StoreErrorKind::Refused);
-        assert_eq!(store.keys(), keys);
-        assert_eq!(store.field("{m@0}:10", "a"), Some(1));
+        assert_eq!(store.total("{m}:10"), Some(MAX));
     }
 
     #[test]
-    fn a_batch_with_a_key_twice_is_refused_and_writes_nothing() {
+    fn a_key_twice_in_a_batch_adds_both_amounts() {
         let store = store_in(10);
         store.run(&batch(1, 1, &[("a", 1)], 10)).unwrap();
-        let keys = store.keys();
-        let error = store
+        let reply = store
             .run(&batch(2, 1, &[("a", 2), ("b", 1), ("a", 3)], 10))
-            .unwrap_err();
-        assert_eq!(error.kind(), StoreErrorKind::Refused);
-        assert!(error.to_string().contains("twice"), "{error}");
-        assert_eq!(store.keys(), keys);
-        assert_eq!(store.fields("{m@0}:10"), [("a".into(), 1)]);
+            .unwrap();
+        assert_eq!(reply.outcome, Outcome::Applied);
+        assert_eq!(store.fields("{m@0}:10"), [("a".into(), 6), ("b".into(), 1)]);
     }
 
     #[test]

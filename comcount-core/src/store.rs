@@ -109,8 +109,9 @@ pub struct FlushRequest {
     /// How long the participant's fence key lives after each applied flush, in milliseconds.
     pub fence_ttl_ms: u64,
     /// What to add, key by key. A counter's flush has exactly one entry, with an empty key; a
-    /// family's has from 1 to [`MAX_ENTRIES`](Self::MAX_ENTRIES), each key once. An entry
-    /// with amount 0 adds nothing but still brings back its key's total.
+    /// family's has from 1 to [`MAX_ENTRIES`](Self::MAX_ENTRIES); a key that comes more than
+    /// once adds each of its amounts. An entry with amount 0 adds nothing but still brings back
+    /// its key's total.
     pub entries: Vec<Entry>,
 }
 
@@ -241,8 +242,8 @@ impl FlushRequest {
     /// checks before its first write: `seq` in `1..=MAX_SEQ`, `interval_ms` in
     /// `1..=MAX_INTERVAL_MS`, `expect` at most `MAX_EXPECT`, `fence_ttl_ms` in
     /// `1..=MAX_FENCE_TTL_MS`, and the entries: for a counter exactly one, with an empty key;
-    /// for a family from 1 to `MAX_ENTRIES`, keys of 1 to `MAX_KEY_LEN` bytes, none twice;
-    /// every amount at most `MAX_AMOUNT`.
+    /// for a family from 1 to `MAX_ENTRIES`, keys of 1 to `MAX_KEY_LEN` bytes; every amount
+    /// at most `MAX_AMOUNT`.
     ///
     /// # Errors
     ///
@@ -273,14 +274,7 @@ impl FlushRequest {
                 self.entries.len()
             )));
         }
-        let mut seen = std::collections::HashSet::with_capacity(self.entries.len());
         for entry in &self.entries {
-            if !seen.insert(&*entry.key) {
-                return Err(out_of_range(format!(
-                    "entry key {:?} comes twice; send each key once",
-                    entry.key
-                )));
-            }
             if !key_len.contains(&entry.key.len()) {
                 return Err(out_of_range(format!(
                     "entry key {:?} is {} bytes long, outside {key_len:?}",
@@ -403,12 +397,13 @@ impl FlushReply {
 /// - An `Err` of kind [`Refused`](crate::StoreErrorKind::Refused) or
 ///   [`Unavailable`](crate::StoreErrorKind::Unavailable) means nothing was written; any other
 ///   error leaves it unknown whether the flush was applied.
-/// - An applied flush adds every entry's amount, or none of them: a total that would pass
-///   `i64::MAX` refuses the whole flush.
+/// - An applied flush adds every entry's amount, or none of them. A counter's total that would
+///   pass `i64::MAX` refuses the flush; a family key's total stops at `i64::MAX`.
 /// - Key names and expiry follow [`FlushRequest::keys`]: in the [`Layout::Counter`] layout the
 ///   interval key holds an integer; in the [`Layout::Family`] layout a hash with a field per
-///   entry's key. Either expires three intervals after each write, the fence after
-///   [`FlushRequest::fence_ttl_ms`].
+///   participant holding its entries, and the totals summed from them once the interval has
+///   ended (the [`script`](crate::script) module describes it). Either expires three intervals
+///   after each write, the fence after [`FlushRequest::fence_ttl_ms`].
 /// - The reply's [`previous_totals`](FlushReply::previous_totals) has one item per entry, in
 ///   the request's order, unless the outcome is [`Outcome::WrongInterval`].
 ///

@@ -126,15 +126,19 @@ where
 
 /// The slot and the arguments of `EVALSHA sha 5 keys... args...` for one flush: the keys of
 /// [`FlushRequest::keys`], the arguments of [`script::arguments`].
-fn evalsha_arguments(sha: &str, request: &FlushRequest) -> (u16, Vec<String>) {
+fn evalsha_arguments(sha: &str, request: &FlushRequest) -> (u16, Vec<Value>) {
     let keys = request.keys();
     // Every key of a flush shares one hash tag, so the first one names the slot.
     let slot = fred::util::redis_keyslot(keys[0].as_bytes());
     let arguments = script::arguments(request);
     let mut all = Vec::with_capacity(2 + keys.len() + arguments.len());
-    all.extend([sha.to_owned(), keys.len().to_string()]);
-    all.extend(keys);
-    all.extend(arguments.into_iter().map(String::from));
+    all.extend([Value::from(sha), Value::from(keys.len().to_string())]);
+    all.extend(keys.into_iter().map(Value::from));
+    all.extend(
+        arguments
+            .into_iter()
+            .map(|argument| Value::Bytes(argument.into_owned().into())),
+    );
     (slot, all)
 }
 
@@ -162,15 +166,17 @@ mod tests {
         .with_expect(10)
         .with_entries(vec![Entry::new("a", 1), Entry::new("b", 0)]);
         let (slot, arguments) = evalsha_arguments("sha", &request);
-        let mut expected = vec!["sha".to_owned(), "5".into()];
-        expected.extend(request.keys());
-        expected.extend(script::arguments(&request).into_iter().map(String::from));
-        assert_eq!(arguments, expected);
-        assert_eq!(arguments[2], "p:{f@2}:8");
+        let bytes = |value: &Value| value.as_bytes().expect("bytes").to_vec();
+        let mut expected: Vec<Vec<u8>> = vec![b"sha".into(), b"5".into()];
+        expected.extend(request.keys().map(String::into_bytes));
+        expected.extend(script::arguments(&request).into_iter().map(Cow::into_owned));
+        assert_eq!(arguments.iter().map(bytes).collect::<Vec<_>>(), expected);
+        assert_eq!(arguments[2].as_str().as_deref(), Some("p:{f@2}:8"));
         assert_eq!(
-            arguments[7..],
-            ["4", "300", "10", "600000", "f", "a", "1", "b", "0"]
+            script::unpack(&bytes(&arguments[12])).unwrap(),
+            [("a", 1), ("b", 0)]
         );
+        assert_eq!(arguments.len(), 13);
         assert_eq!(slot, fred::util::redis_keyslot(b"f@2"));
     }
 }

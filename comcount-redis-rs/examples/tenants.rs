@@ -77,8 +77,8 @@ impl Options {
         Ok(options)
     }
 
-    /// About 700 tenants per partition: over the 512 fields past which Redis keeps a hash as a
-    /// hash table, and well under the 1000 keys a flush carries.
+    /// About 700 tenants per partition, as the README advises: many keys a round trip, and
+    /// well under the 1000 keys a flush carries.
     fn partitions(&self) -> u32 {
         self.tenants.div_ceil(700) as u32
     }

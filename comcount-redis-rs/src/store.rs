@@ -127,11 +127,10 @@ fn evalsha(sha: &str, request: &FlushRequest) -> Cmd {
             .map(|argument| argument.len())
             .sum::<usize>();
     let mut cmd = Cmd::with_capacity(args, bytes);
-    cmd.arg("EVALSHA")
-        .arg(sha)
-        .arg(count)
-        .arg(&keys[..])
-        .arg(&arguments[..]);
+    cmd.arg("EVALSHA").arg(sha).arg(count).arg(&keys[..]);
+    for argument in &arguments {
+        cmd.arg(&argument[..]);
+    }
     cmd
 }
 
@@ -155,10 +154,10 @@ mod tests {
     use super::*;
     use comcount_core::{Entry, KeySpace, ParticipantId};
 
-    fn words(cmd: &Cmd) -> Vec<String> {
+    fn words(cmd: &Cmd) -> Vec<Vec<u8>> {
         cmd.args_iter()
             .map(|arg| match arg {
-                redis::Arg::Simple(bytes) => String::from_utf8(bytes.to_vec()).unwrap(),
+                redis::Arg::Simple(bytes) => bytes.to_vec(),
                 other => panic!("EVALSHA holds no {other:?}"),
             })
             .collect()
@@ -174,14 +173,13 @@ mod tests {
         .with_seq(4)
         .with_expect(10)
         .with_entries(vec![Entry::new("a", 1), Entry::new("b", 0)]);
-        let mut expected = vec!["EVALSHA".to_owned(), "sha".into(), "5".into()];
-        expected.extend(request.keys());
-        expected.extend(script::arguments(&request).into_iter().map(String::from));
+        let mut expected: Vec<Vec<u8>> = vec![b"EVALSHA".into(), b"sha".into(), b"5".into()];
+        expected.extend(request.keys().map(String::into_bytes));
+        expected.extend(script::arguments(&request).into_iter().map(Cow::into_owned));
         assert_eq!(words(&evalsha("sha", &request)), expected);
-        assert_eq!(expected[3], "p:{f@2}:8");
-        assert_eq!(
-            expected[8..],
-            ["4", "300", "10", "600000", "f", "a", "1", "b", "0"]
-        );
+        assert_eq!(expected[3], b"p:{f@2}:8");
+        assert_eq!(expected[8..13], [&b"4"[..], b"300", b"10", b"600000", b"f"]);
+        assert_eq!(script::unpack(&expected[13]).unwrap(), [("a", 1), ("b", 0)]);
+        assert_eq!(expected.len(), 14);
     }
 }

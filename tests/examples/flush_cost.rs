@@ -316,9 +316,10 @@ async fn baseline(port: u16, stats: &mut MultiplexedConnection) -> Baseline {
     .with_fence_ttl_ms(600_000);
     let mut keys = request.keys();
     keys[4] = keys[4].replace(&participant.to_string(), "__rand_int__");
+    // A counter's arguments are text.
     let args: Vec<String> = comcount_core::script::arguments(&request)
-        .into_iter()
-        .map(String::from)
+        .iter()
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
         .collect();
     let key_count = keys.len().to_string();
     let mut command = vec!["evalsha", flush_sha.as_str(), key_count.as_str()];

@@ -11,9 +11,10 @@ use redis::aio::ConnectionLike;
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct KeyState {
     /// The value as text: a total as its number, a fence as `SEQ:N`; empty for a family's
-    /// hash of totals.
+    /// interval key.
     pub value: String,
-    /// A family's hash of totals, field by field; empty for any other key.
+    /// A family's interval key: each family key's total, the sum of what the participants'
+    /// fields hold for it ([`family_totals`]); empty for any other key.
     pub fields: BTreeMap<String, String>,
     /// The time to live; `None` for a key that never expires.
     pub ttl: Option<Duration>,
@@ -99,15 +100,30 @@ impl<C: ConnectionLike + Clone + Send + Sync> Inspector for RedisInspector<C> {
                 (value?, BTreeMap::new())
             }
             "hash" => {
-                let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
+                let hash: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL")
                     .arg(key)
                     .query_async(&mut connection)
                     .await
                     .unwrap();
-                if fields.is_empty() {
+                if hash.is_empty() {
                     // Expired since TYPE.
                     return None;
                 }
+                // Fields that are not a participant's entries (written by another program, in
+                // a test of the script's refusals) are shown as they are.
+                let fields = match family_totals(&hash) {
+                    Ok(totals) => totals
+                        .into_iter()
+                        .map(|(key, total)| (key, total.to_string()))
+                        .collect(),
+                    Err(_) => hash
+                        .iter()
+                        .map(|(f, v)| {
+                            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                            (text(f), text(v))
+                        })
+                        .collect(),
+                };
                 (String::new(), fields)
             }
             other => panic!("{key} holds a {other}, which no store writes"),
@@ -134,6 +150,44 @@ impl<C: ConnectionLike + Clone + Send + Sync> Inspector for RedisInspector<C> {
         keys.sort();
         keys
     }
+}
+
+/// The totals of a family's interval key, read from its hash (`HGETALL`, field and value
+/// pairs) as Redis holds it: for each family key, the sum of what every participant's field
+/// holds for it (capped at `i64::MAX`, as the script caps it). The totals the script sums into
+/// its field `""`, and the record of what it summed in `"+"`, are left out, so that this is
+/// what was sent.
+///
+/// # Errors
+///
+/// When a participant's field is not packed entries.
+pub fn family_totals(hash: &[(Vec<u8>, Vec<u8>)]) -> Result<BTreeMap<String, u64>, String> {
+    let mut totals = BTreeMap::new();
+    for (field, value) in hash {
+        if field.is_empty() || field == b"+" {
+            continue;
+        }
+        let entries = comcount_core::script::unpack(value)
+            .map_err(|e| format!("field {:?}: {e}", String::from_utf8_lossy(field)))?;
+        for (key, amount) in entries {
+            let total: &mut u64 = totals.entry(key.to_owned()).or_default();
+            *total = total.saturating_add(amount).min(i64::MAX as u64);
+        }
+    }
+    Ok(totals)
+}
+
+/// The totals the script has summed into a family interval key's field `""`, and whether it
+/// has summed every field (`"+"` is empty); `None` where it has summed nothing yet.
+pub fn summed_totals(hash: &[(Vec<u8>, Vec<u8>)]) -> Option<(BTreeMap<String, u64>, bool)> {
+    let field = |name: &[u8]| hash.iter().find(|(f, _)| f == name).map(|(_, v)| v);
+    let totals = field(b"")?;
+    let mut summed = BTreeMap::new();
+    for (key, total) in comcount_core::script::unpack(totals).expect("packed totals") {
+        let sum: &mut u64 = summed.entry(key.to_owned()).or_default();
+        *sum = sum.saturating_add(total).min(i64::MAX as u64);
+    }
+    Some((summed, field(b"+").is_some_and(|done| done.is_empty())))
 }
 
 fn glob_escape(text: &str) -> String {

@@ -5,7 +5,7 @@
 //!
 //! Every check is made key by key: a counter is a key space with one key, the empty string
 //! (the key of its flushes' one entry); a family is one key space per partition, each holding
-//! the keys of that partition (a hash per interval, a field per key). Flushes, fences and
+//! the keys of that partition (a hash per interval, a field per participant). Flushes, fences and
 //! interval keys belong to a key space; amounts and totals to a key within it.
 //!
 //! Each invariant is a function of its own on [`Report`]; [`Report::assert_all`] runs every one

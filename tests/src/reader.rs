@@ -157,14 +157,16 @@ async fn read_round(
     }
 }
 
-/// What the interval key `n` of `space` held, as read: an integer, or a hash of totals.
+/// What the interval key `n` of `space` held, as read: an integer, or a family hash summed.
 fn totals(space: &KeySpace, n: u64, value: redis::Value) -> Option<PerKey> {
     let key = space.interval(n);
     match space.layout() {
         Layout::Family => {
-            let fields: HashMap<String, u64> = redis::from_redis_value(value)
+            let hash: Vec<(Vec<u8>, Vec<u8>)> = redis::from_redis_value(value)
+                .unwrap_or_else(|e| panic!("{key} does not hold a hash: {e}"));
+            let totals = crate::inspect::family_totals(&hash)
                 .unwrap_or_else(|e| panic!("{key} does not hold totals: {e}"));
-            (!fields.is_empty()).then(|| fields.into_iter().collect())
+            (!totals.is_empty()).then(|| totals.into_iter().collect())
         }
         _ => {
             let total: Option<u64> = redis::from_redis_value(value)

@@ -46,9 +46,9 @@ impl Store for FredDefaultAttempts {
         let client = self.0.clone();
         let sha = comcount_fred::fred::util::sha1_hash(comcount_core::script::SOURCE);
         let keys = request.keys().to_vec();
-        let args: Vec<String> = comcount_core::script::arguments(request)
+        let args: Vec<Value> = comcount_core::script::arguments(request)
             .into_iter()
-            .map(String::from)
+            .map(|arg| Value::Bytes(arg.into_owned().into()))
             .collect();
         async move {
             let value: Value = client
@@ -63,6 +63,7 @@ impl Store for FredDefaultAttempts {
                 .map(|item| match item {
                     Value::Integer(n) => comcount_core::script::Field::Int(*n),
                     Value::String(s) => comcount_core::script::Field::Bytes(s.as_bytes()),
+                    Value::Bytes(b) => comcount_core::script::Field::Bytes(b),
                     _ => comcount_core::script::Field::Nil,
                 })
                 .collect();

@@ -24,7 +24,7 @@ use comcount_tests::conformance::{
     Requests, Slipped, aim, assert_unchanged, check_store, expect, flush,
 };
 use comcount_tests::inspect::{Inspector, RedisInspector, Snapshot};
-use comcount_tests::{connect, settings, shared};
+use comcount_tests::{connect, inspect, settings, shared};
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 
@@ -55,8 +55,10 @@ impl Store for Eval {
         let mut eval = redis::cmd("EVAL");
         eval.arg(source())
             .arg(request.keys().len())
-            .arg(&request.keys()[..])
-            .arg(&script::arguments(request)[..]);
+            .arg(&request.keys()[..]);
+        for argument in script::arguments(request) {
+            eval.arg(&argument[..]);
+        }
         async move {
             let value: Value = eval
                 .query_async(&mut connection)
@@ -178,16 +180,16 @@ async fn a_fence_that_is_not_a_fence_is_an_error_and_writes_nothing() {
     panic!("never managed to flush into the interval it aimed at");
 }
 
-/// The script's arguments for `request`, as strings to spoil.
-fn arguments(request: &FlushRequest) -> Vec<String> {
+/// The script's arguments for `request`, as bytes to spoil.
+fn arguments(request: &FlushRequest) -> Vec<Vec<u8>> {
     script::arguments(request)
         .into_iter()
-        .map(String::from)
+        .map(std::borrow::Cow::into_owned)
         .collect()
 }
 
 /// Runs the script with raw keys and arguments, as a client that builds them wrong would.
-async fn eval_raw(keys: &[String], args: &[String]) -> redis::RedisResult<Value> {
+async fn eval_raw(keys: &[String], args: &[Vec<u8>]) -> redis::RedisResult<Value> {
     let mut connection = connect::multiplexed(&shared::standalone_url()).await;
     redis::cmd("EVAL")
         .arg(source())
@@ -373,7 +375,7 @@ async fn each_bad_argument_is_an_err_reply_and_writes_nothing() {
     ];
     for &(index, value) in bad {
         let mut args = good.clone();
-        args[index] = value.to_owned();
+        args[index] = value.as_bytes().to_vec();
         let what = format!("ARGV[{}] = {value:?}", index + 1);
         let before = inspector.snapshot(requests.base()).await;
         let error = eval_raw(&keys, &args)
@@ -403,7 +405,7 @@ async fn each_bad_argument_is_an_err_reply_and_writes_nothing() {
         "",
         "9223372036854775807",
     ]
-    .map(String::from);
+    .map(|arg| arg.as_bytes().to_vec());
     let value = eval_raw(&keys, &largest).await.unwrap();
     let far = request.clone().with_expect(FlushRequest::MAX_EXPECT);
     assert_eq!(
@@ -424,8 +426,9 @@ async fn a_wrong_count_of_keys_or_arguments_is_refused_and_writes_nothing() {
     let keys = request.keys().to_vec();
     let args = arguments(&request);
     let more_keys = [keys.clone(), vec![keys[4].clone()]].concat();
-    let more_args = [args.clone(), vec!["1".to_owned()]].concat();
-    let cases: [(&str, &[String], &[String], &str); 5] = [
+    let more_args = [args.clone(), vec![b"1".to_vec()]].concat();
+    type Case<'a> = (&'a str, &'a [String], &'a [Vec<u8>], &'a str);
+    let cases: [Case<'_>; 5] = [
         ("three keys", &keys[2..], &args, "expected 5 keys, got 3"),
         ("six keys", &more_keys, &args, "expected 5 keys, got 6"),
         ("half a pair", &keys, &args[..6], "got 6 arguments"),
@@ -522,7 +525,7 @@ fn reporter() -> Reporter {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Families: layout f, one hash per interval and partition.
+// Families: layout f, one hash per interval and partition, with a field per participant.
 
 /// Every key under `base`, by name, as DUMP serializes it: a byte-exact record of what the
 /// server holds.
@@ -684,139 +687,335 @@ async fn duplicate_stale_and_fenced_on_a_partition_fence() {
     .await;
 }
 
-const MAX: &str = "9223372036854775807";
+const MAX: u64 = FlushRequest::MAX_AMOUNT;
 
+/// MessagePack, written by hand for arguments no client would send.
+mod pack {
+    /// An array of `items`, each already packed.
+    pub fn array(items: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = vec![0xdd];
+        out.extend_from_slice(&(items.len() as u32).to_be_bytes());
+        for item in items {
+            out.extend_from_slice(item);
+        }
+        out
+    }
+
+    pub fn string(s: &[u8]) -> Vec<u8> {
+        let mut out = vec![0xdb];
+        out.extend_from_slice(&(s.len() as u32).to_be_bytes());
+        out.extend_from_slice(s);
+        out
+    }
+
+    pub fn unsigned(n: u64) -> Vec<u8> {
+        let mut out = vec![0xcf];
+        out.extend_from_slice(&n.to_be_bytes());
+        out
+    }
+
+    /// Key and amount pairs, each amount packed already.
+    pub fn pairs(pairs: &[(&str, Vec<u8>)]) -> Vec<u8> {
+        let items: Vec<Vec<u8>> = pairs
+            .iter()
+            .flat_map(|(key, amount)| [string(key.as_bytes()), amount.clone()])
+            .collect();
+        array(&items)
+    }
+}
+
+/// The raw fields of the hash at `key`.
+async fn hash_fields(key: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut connection = connect::multiplexed(&shared::standalone_url()).await;
+    redis::cmd("HGETALL")
+        .arg(key)
+        .query_async(&mut connection)
+        .await
+        .unwrap()
+}
+
+/// Sums into a family interval the server's clock has passed: the first applied flush after
+/// it writes the totals into the field `""` and marks them whole in `"+"`, and every flush
+/// brings them back; each participant's entries stay as sent, under its fence key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_total_that_would_overflow_refuses_the_whole_batch_and_writes_nothing() {
+async fn an_ended_interval_is_summed_once_from_each_participants_entries() {
     let (store, inspector) = eval_store().await;
     let (store, inspector) = (&store, &inspector);
     in_a_family_interval(store, |family, n| async move {
         let space = family.space(0);
-        let key = space.interval(n);
-        let mut connection = connect::multiplexed(&shared::standalone_url()).await;
-        let _: () = redis::pipe()
-            .cmd("HSET")
-            .arg(&key)
-            .arg(&[
-                ("a", "9223372036854775806"),
-                ("b", "5"),
-                ("big", "9223372036854775000"),
-                ("c9", "9223372036854775799"),
-                ("mid", "9999999999999999"),
-            ])
-            .ignore()
-            .cmd("PEXPIRE")
-            .arg(&key)
-            .arg(60_000)
-            .ignore()
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        let before = inspector.snapshot(space.base()).await;
-        let dumped = dump(inspector, space.base()).await;
-        let max = FlushRequest::MAX_AMOUNT;
-        let refused: [(&str, &[(&str, u64)]); 6] = [
-            ("a carry past the largest", &[("c9", 9)]),
-            (
-                "a long total, a short amount",
-                &[("b", 1), ("c", 1), ("a", 2)],
-            ),
-            ("two long ones", &[("a", 0), ("big", 808)]),
-            (
-                "a short total, a long amount",
-                &[("c", max), ("b", max - 4)],
-            ),
-            ("the largest amount on a total of 5", &[("b", max)]),
-            (
-                "the first key of many",
-                &[("a", 2), ("b", 1), ("c", 1), ("d", 1)],
-            ),
-        ];
-        for (what, entries) in refused {
-            let participant = ParticipantId::random();
-            let request = family.flush(0, participant, 1, entries, n);
-            match store.flush(&request, &reporter()).await {
-                Err(error) => {
-                    assert!(
-                        error.to_string().contains("would overflow"),
-                        "{what}: {error}"
-                    );
-                    assert!(error.to_string().contains("comcount: "), "{what}: {error}");
-                }
-                Ok(reply) => {
-                    expect(&reply, Outcome::Applied, n)?;
-                    panic!("{what} was applied: {reply:?}");
-                }
-            }
-            assert_untouched(inspector, space.base(), &before, &dumped, what).await;
-            assert!(inspector.key(&space.fence(participant)).await.is_none());
-        }
-        // Up to the largest total exactly is fine, in either branch of the sum.
-        let exact = family.flush(
-            0,
+        let (one, two, three) = (
             ParticipantId::random(),
-            1,
-            &[
-                ("big", 807),
-                ("a", 1),
-                ("b", max - 5),
-                ("new", max),
-                ("c9", 8),
-                ("mid", 1),
-            ],
-            n,
+            ParticipantId::random(),
+            ParticipantId::random(),
         );
-        expect(&flush(store, &exact).await, Outcome::Applied, n)?;
-        let state = inspector.key(&key).await.unwrap();
+        let sent = [
+            family.flush(0, one, 1, &[("a", 2), ("b", 3)], n),
+            family.flush(0, two, 1, &[("b", 4), ("c", 0)], n),
+        ];
+        for request in &sent {
+            expect(&flush(store, request).await, Outcome::Applied, n)?;
+        }
+        // One field a participant, holding its entries as they were sent.
+        let mut fields = hash_fields(&space.interval(n)).await;
+        fields.sort();
+        let mut expected: Vec<(Vec<u8>, Vec<u8>)> = sent
+            .iter()
+            .map(|r| (r.fence_key().into_bytes(), arguments(r)[5].clone()))
+            .collect();
+        expected.sort();
+        assert_eq!(fields, expected);
+
+        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
+        if m != n + 1 {
+            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
+        }
+        // The first flush applied in interval m sums interval n; a fenced one after it brings
+        // back the same totals and writes nothing.
+        let first = family.flush(0, three, 1, &[("z", 1)], m);
+        expect(&flush(store, &first).await, Outcome::Applied, m)?;
+        let before = dump(inspector, space.base()).await;
+        let fenced = family.flush(0, three, 2, &[("a", 0), ("b", 0), ("c", 0)], m);
+        let reply = flush(store, &fenced).await;
+        expect(&reply, Outcome::Fenced, m)?;
+        assert_eq!(reply.previous_totals, [Some(2), Some(7), Some(0)]);
+        assert!(dump(inspector, space.base()).await == before);
+        // The sums, whole.
+        let hash = hash_fields(&space.interval(n)).await;
+        let (summed, whole) = inspect::summed_totals(&hash).expect("interval n is summed");
+        assert!(whole, "three fields sum within the budget");
+        assert_eq!(summed, inspect::family_totals(&hash).unwrap());
         assert_eq!(
-            state.fields,
-            hash(&[
-                ("a", MAX),
-                ("b", MAX),
-                ("big", MAX),
-                ("c9", MAX),
-                ("mid", "10000000000000000"),
-                ("new", MAX),
-            ])
+            summed.into_iter().collect::<Vec<_>>(),
+            [
+                ("a".to_owned(), 2),
+                ("b".to_owned(), 7),
+                ("c".to_owned(), 0)
+            ]
         );
+        // A later flush of interval m sums nothing again.
+        let later = family.flush(0, two, 2, &[("b", 0), ("d", 0)], m);
+        let reply = flush(store, &later).await;
+        expect(&reply, Outcome::Applied, m)?;
+        assert_eq!(reply.previous_totals, [Some(7), None]);
+        assert_eq!(hash_fields(&space.interval(n)).await, hash);
+        Ok(())
+    })
+    .await;
+}
+
+/// One participant's entries are the totals of its interval as they stand: the field `""` is a
+/// copy of its field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_participants_entries_are_its_intervals_totals() {
+    let (store, _) = eval_store().await;
+    let store = &store;
+    in_a_family_interval(store, |family, n| async move {
+        let space = family.space(0);
+        let one = ParticipantId::random();
+        let first = family.flush(0, one, 1, &[("a", 2), ("b", 3)], n);
+        expect(&flush(store, &first).await, Outcome::Applied, n)?;
+        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
+        if m != n + 1 {
+            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
+        }
+        let second = family.flush(0, one, 2, &[("b", 1), ("a", 1)], m);
+        let reply = flush(store, &second).await;
+        expect(&reply, Outcome::Applied, m)?;
+        assert_eq!(reply.previous_totals, [Some(3), Some(2)]);
+        let hash = hash_fields(&space.interval(n)).await;
+        let field = |name: &[u8]| hash.iter().find(|(f, _)| f == name).map(|(_, v)| v.clone());
+        assert_eq!(field(b""), Some(arguments(&first)[5].clone()));
+        assert_eq!(field(b"+"), Some(Vec::new()));
+        Ok(())
+    })
+    .await;
+}
+
+/// Fields of more entries than one run sums (10,000) are summed over several flushes: each
+/// one brings back what is summed so far, never more than was sent, until the totals are
+/// whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_interval_is_summed_over_several_runs_and_never_overstated() {
+    let (store, _) = eval_store().await;
+    let store = &store;
+    // Long enough that twelve batches of 1000, and three flushes after them, land in two
+    // intervals.
+    let interval = settings::interval().max(Duration::from_secs(2));
+    let names: Vec<String> = (0..FlushRequest::MAX_ENTRIES)
+        .map(|i| format!("k{i}"))
+        .collect();
+    for _ in 0..5 {
+        let family = FamilyRequests::fresh(interval, 1);
+        let Ok(n) = aim(store, &Requests::fresh(interval), 0).await else {
+            continue;
+        };
+        let participants: Vec<ParticipantId> = (0..12).map(|_| ParticipantId::random()).collect();
+        let entries: Vec<(&str, u64)> = names.iter().map(|k| (k.as_str(), 1)).collect();
+        let mut slipped = false;
+        for participant in &participants {
+            let reply = flush(store, &family.flush(0, *participant, 1, &entries, n)).await;
+            slipped |= expect(&reply, Outcome::Applied, n).is_err();
+        }
+        let Ok(m) = aim(store, &Requests::fresh(interval), n + 1).await else {
+            continue;
+        };
+        if slipped || m != n + 1 {
+            continue;
+        }
+        let space = family.space(0);
+        let mut seen = Vec::new();
+        for reader in 0..3 {
+            let request = family.flush(0, ParticipantId::random(), 1, &entries[..1], m);
+            let reply = flush(store, &request).await;
+            if expect(&reply, Outcome::Applied, m).is_err() {
+                break;
+            }
+            let hash = hash_fields(&space.interval(n)).await;
+            let (summed, whole) = inspect::summed_totals(&hash).expect("summed");
+            let total = reply.previous_totals[0].expect("a total");
+            assert!(
+                total <= 12,
+                "reader {reader} was told {total}: more than was sent"
+            );
+            assert_eq!(summed.get("k0"), Some(&total));
+            seen.push((total, whole));
+        }
+        if seen.len() < 3 {
+            continue;
+        }
+        // The first run sums 10 fields of 1000 (its budget), the second the last two.
+        assert_eq!(seen, [(10, false), (12, true), (12, true)]);
+        return;
+    }
+    panic!("every attempt slipped over an interval boundary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_total_past_the_largest_stops_there_and_is_summed_exactly_below() {
+    let (store, _) = eval_store().await;
+    let store = &store;
+    in_a_family_interval(store, |family, n| async move {
+        let exact = (1u64 << 53) - 1;
+        let sent: [&[(&str, u64)]; 3] = [
+            &[
+                ("a", MAX - 1),
+                ("b", 5),
+                ("big", 9_223_372_036_854_775_000),
+                ("c9", 9_223_372_036_854_775_799),
+                ("mid", 9_999_999_999_999_999),
+                ("edge", exact),
+                ("small", 3),
+            ],
+            &[
+                ("a", 2),
+                ("b", MAX - 5),
+                ("big", 807),
+                ("c9", 9),
+                ("mid", 1),
+                ("edge", 1),
+                ("small", 4),
+            ],
+            &[("a", MAX), ("small", exact - 7), ("edge", exact)],
+        ];
+        for entries in sent {
+            let request = family.flush(0, ParticipantId::random(), 1, entries, n);
+            expect(&flush(store, &request).await, Outcome::Applied, n)?;
+        }
+        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
+        if m != n + 1 {
+            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
+        }
+        let keys = ["a", "b", "big", "c9", "mid", "edge", "small"];
+        let reader: Vec<(&str, u64)> = keys.iter().map(|k| (*k, 0)).collect();
+        let reply = flush(
+            store,
+            &family.flush(0, ParticipantId::random(), 1, &reader, m),
+        )
+        .await;
+        expect(&reply, Outcome::Applied, m)?;
+        let told: Vec<u64> = reply.previous_totals.iter().map(|t| t.unwrap()).collect();
+        assert_eq!(
+            told,
+            [
+                MAX,
+                MAX,
+                MAX,
+                MAX,
+                10_000_000_000_000_000,
+                2 * exact + 1,
+                exact
+            ]
+        );
+        let hash = hash_fields(&family.space(0).interval(n)).await;
+        let (summed, _) = inspect::summed_totals(&hash).unwrap();
+        assert_eq!(summed, inspect::family_totals(&hash).unwrap());
         Ok(())
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_field_that_holds_no_total_refuses_the_batch_and_writes_nothing() {
+async fn a_field_that_holds_no_entries_refuses_the_flush_and_writes_nothing() {
     let (store, inspector) = eval_store().await;
     let (store, inspector) = (&store, &inspector);
-    for garbage in ["abc", "-5", "012", "1e3", ""] {
+    let odd = pack::array(&[pack::string(b"a")]);
+    let garbage: [&[u8]; 4] = [b"abc", b"", b"5", &odd];
+    for garbage in garbage {
         in_a_family_interval(store, |family, n| async move {
             let space = family.space(0);
+            let one = ParticipantId::random();
+            let first = family.flush(0, one, 1, &[("ok", 1)], n);
+            expect(&flush(store, &first).await, Outcome::Applied, n)?;
             let mut connection = connect::multiplexed(&shared::standalone_url()).await;
             let _: () = redis::cmd("HSET")
                 .arg(space.interval(n))
-                .arg(&[("ok", "1"), ("x", garbage)])
+                .arg(space.fence(ParticipantId::random()))
+                .arg(garbage)
                 .query_async(&mut connection)
                 .await
                 .unwrap();
+            let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
+            if m != n + 1 {
+                return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
+            }
             let before = inspector.snapshot(space.base()).await;
             let dumped = dump(inspector, space.base()).await;
-            for entries in [&[("ok", 1), ("x", 1)][..], &[("ok", 1), ("x", 0)]] {
-                let request = family.flush(0, ParticipantId::random(), 1, entries, n);
-                match store.flush(&request, &reporter()).await {
-                    Err(error) => {
-                        assert!(error.to_string().contains("not a total"), "{error}")
-                    }
-                    Ok(reply) => {
-                        expect(&reply, Outcome::Applied, n)?;
-                        panic!("a batch on {garbage:?} was applied: {reply:?}");
-                    }
+            let request = family.flush(0, one, 2, &[("ok", 1)], m);
+            match store.flush(&request, &reporter()).await {
+                Err(error) => assert!(error.to_string().contains("holds no entries"), "{error}"),
+                Ok(reply) => {
+                    expect(&reply, Outcome::Applied, m)?;
+                    panic!("a flush after {garbage:?} was applied: {reply:?}");
                 }
-                assert_untouched(inspector, space.base(), &before, &dumped, garbage).await;
             }
+            assert_untouched(inspector, space.base(), &before, &dumped, "garbage").await;
             Ok(())
         })
         .await;
     }
+    // An interval key that is not a hash.
+    in_a_family_interval(store, |family, n| async move {
+        let space = family.space(0);
+        let mut connection = connect::multiplexed(&shared::standalone_url()).await;
+        let _: () = redis::cmd("SET")
+            .arg(space.interval(n))
+            .arg("5")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let before = inspector.snapshot(space.base()).await;
+        let request = family.flush(0, ParticipantId::random(), 1, &[("a", 1)], n);
+        match store.flush(&request, &reporter()).await {
+            Err(error) => assert!(error.to_string().contains("is not a hash"), "{error}"),
+            Ok(reply) => {
+                expect(&reply, Outcome::Applied, n)?;
+                panic!("a flush into a string was applied: {reply:?}");
+            }
+        }
+        assert_unchanged(&before, &inspector.snapshot(space.base()).await, "a string");
+        Ok(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -834,50 +1033,104 @@ async fn each_bad_family_argument_is_an_err_reply_and_writes_nothing() {
     let request = family.flush(0, participant, 2, &[("a", 5), ("b", 1)], n);
     let keys = request.keys();
     let good = arguments(&request);
-    let many: Vec<String> = (0..=FlushRequest::MAX_ENTRIES)
-        .flat_map(|i| [format!("k{i}"), "1".to_owned()])
-        .collect();
-    let with = |changes: &[(usize, &str)]| {
+    let with = |changes: &[(usize, Vec<u8>)]| {
         let mut args = good.clone();
-        for &(index, value) in changes {
-            args[index] = value.to_owned();
+        for (index, value) in changes {
+            args[*index] = value.clone();
         }
         args
     };
-    let cases: Vec<(&str, Vec<String>, &str)> = vec![
-        ("layout x", with(&[(4, "x")]), "ARGV[5] (layout)"),
-        ("layout empty", with(&[(4, "")]), "ARGV[5] (layout)"),
-        ("layout F", with(&[(4, "F")]), "ARGV[5] (layout)"),
-        ("an odd pair count", good[..8].to_vec(), "got 8 arguments"),
+    let entries = |pairs: &[(&str, Vec<u8>)]| with(&[(5, pack::pairs(pairs))]);
+    let one = pack::unsigned(1);
+    let many: Vec<(String, Vec<u8>)> = (0..=FlushRequest::MAX_ENTRIES)
+        .map(|i| (format!("k{i}"), one.clone()))
+        .collect();
+    let many: Vec<(&str, Vec<u8>)> = many.iter().map(|(k, a)| (k.as_str(), a.clone())).collect();
+    let long = "k".repeat(FlushRequest::MAX_KEY_LEN + 1);
+    let float = [0xcb].into_iter().chain(1.5f64.to_be_bytes()).collect();
+    let digits = |d: &str| pack::string(d.as_bytes());
+    let cases: Vec<(&str, Vec<Vec<u8>>, &str)> = vec![
+        ("layout x", with(&[(4, b"x".to_vec())]), "ARGV[5] (layout)"),
+        ("layout empty", with(&[(4, Vec::new())]), "ARGV[5] (layout)"),
+        ("layout F", with(&[(4, b"F".to_vec())]), "ARGV[5] (layout)"),
         (
-            "one entry too many",
-            [good[..5].to_vec(), many].concat(),
-            "1..=1000 entries, got 1001",
+            "a seventh argument",
+            [good.clone(), vec![b"1".to_vec()]].concat(),
+            "got 7 arguments",
         ),
-        ("an empty key", with(&[(7, "")]), "ARGV[8] (key)"),
+        (
+            "a counter's arguments",
+            with(&[(4, b"c".to_vec()), (5, Vec::new())]),
+            "got 6 arguments",
+        ),
+        (
+            "entries not packed",
+            with(&[(5, b"abc".to_vec())]),
+            "ARGV[6] (entries)",
+        ),
+        (
+            "entries empty",
+            with(&[(5, Vec::new())]),
+            "ARGV[6] (entries)",
+        ),
+        ("no entry", entries(&[]), "ARGV[6] (entries)"),
+        (
+            "a map, not an array",
+            with(&[(5, vec![0x81, 0xa1, b'a', 0x01])]),
+            "ARGV[6] (entries)",
+        ),
+        (
+            "a key without an amount",
+            with(&[(5, pack::array(&[pack::string(b"a")]))]),
+            "ARGV[6] (entries)",
+        ),
+        (
+            "two arrays",
+            with(&[(5, [good[5].clone(), good[5].clone()].concat())]),
+            "ARGV[6] (entries)",
+        ),
+        ("one entry too many", entries(&many), "ARGV[6] (entries)"),
+        (
+            "an empty key",
+            entries(&[("a", one.clone()), ("", one.clone())]),
+            "entry 2 has a key",
+        ),
         (
             "a key over the longest",
-            with(&[(5, &"k".repeat(FlushRequest::MAX_KEY_LEN + 1))]),
-            "ARGV[6] (key)",
+            entries(&[(&long, one.clone())]),
+            "entry 1 has a key",
         ),
         (
-            "a counter's entry with a key",
-            with(&[(4, "c")])[..7].to_vec(),
-            "ARGV[6] (key)",
+            "a number for a key",
+            with(&[(5, pack::array(&[pack::unsigned(7), one.clone()]))]),
+            "entry 1 has a key",
         ),
         (
-            "a counter with two entries",
-            with(&[(4, "c"), (5, ""), (7, "")]),
-            "layout c takes one entry, got 2",
+            "a negative amount",
+            entries(&[("a", vec![0xff])]),
+            "entry 1 (key \"a\") has an amount",
         ),
-        ("a key twice", with(&[(7, "a")]), "comes twice"),
-        ("a negative amount", with(&[(8, "-1")]), "ARGV[9] (amount)"),
-        ("a leading zero", with(&[(8, "01")]), "ARGV[9] (amount)"),
-        ("an empty amount", with(&[(6, "")]), "ARGV[7] (amount)"),
+        (
+            "a fraction",
+            entries(&[("a", float)]),
+            "entry 1 (key \"a\") has an amount",
+        ),
+        (
+            "2^53 as a number",
+            entries(&[("a", pack::unsigned(1 << 53))]),
+            "has an amount",
+        ),
+        (
+            "a leading zero",
+            entries(&[("a", digits("01"))]),
+            "has an amount",
+        ),
+        ("letters", entries(&[("a", digits("1e3"))]), "has an amount"),
+        ("no digits", entries(&[("a", digits(""))]), "has an amount"),
         (
             "an amount over i64::MAX",
-            with(&[(8, "9223372036854775808")]),
-            "ARGV[9] (amount)",
+            entries(&[("a", one.clone()), ("b", digits("9223372036854775808"))]),
+            "entry 2 (key \"b\") has an amount",
         ),
     ];
     for (what, args, says) in cases {
@@ -895,16 +1148,27 @@ async fn each_bad_family_argument_is_an_err_reply_and_writes_nothing() {
         assert_untouched(&inspector, &base, &before, &dumped, what).await;
     }
     // The largest batch in range is accepted: the most entries, the longest keys, the largest
-    // amounts (here far from the server's interval, so that nothing is written).
+    // amounts, as numbers and as digits (here far from the server's interval, so that nothing
+    // is written).
     let longest: Vec<String> = (0..FlushRequest::MAX_ENTRIES)
         .map(|i| format!("{i:0>width$}", width = FlushRequest::MAX_KEY_LEN))
         .collect();
-    let entries: Vec<(&str, u64)> = longest
+    let largest: Vec<(&str, Vec<u8>)> = longest
         .iter()
-        .map(|k| (k.as_str(), FlushRequest::MAX_AMOUNT))
+        .enumerate()
+        .map(|(i, k)| {
+            let amount = if i % 2 == 0 {
+                digits("9223372036854775807")
+            } else {
+                pack::unsigned((1 << 53) - 1)
+            };
+            (k.as_str(), amount)
+        })
         .collect();
-    let far = family.flush(0, participant, 3, &entries, FlushRequest::MAX_EXPECT);
-    let value = eval_raw(&far.keys(), &arguments(&far)).await.unwrap();
+    let far = family.flush(0, participant, 3, &[("a", 1)], FlushRequest::MAX_EXPECT);
+    let mut args = arguments(&far);
+    args[5] = pack::pairs(&largest);
+    let value = eval_raw(&far.keys(), &args).await.unwrap();
     assert_eq!(
         decode(&far, &value).unwrap().outcome,
         Outcome::WrongInterval
@@ -946,84 +1210,6 @@ async fn a_wrong_interval_brings_back_no_totals_and_writes_nothing() {
     .await;
 }
 
-/// A flush of more than 32 entries writes its hash as a hash table, holding its keys and no other
-/// field, whether the hash is new or a listpack already; a smaller one leaves Redis its compact
-/// listpack. A listpack finds a field by scanning, so a batch of hundreds written to one would
-/// cost Redis time in the square of its size.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_large_batch_is_written_as_a_hash_table_of_its_keys_alone() {
-    let (store, _) = eval_store().await;
-    let mut connection = connect::multiplexed(&shared::standalone_url()).await;
-    let listpack_entries: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("hash-max-listpack-entries")
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    let listpack_entries: usize = listpack_entries[1].parse().unwrap();
-    let mut family = FamilyRequests::fresh(settings::interval(), 2);
-    family.interval_ms = FlushRequest::MAX_INTERVAL_MS;
-    let names: Vec<String> = (0..33).map(|i| format!("tenant-{i}")).collect();
-    let entries: Vec<(&str, u64)> = names.iter().map(|name| (name.as_str(), 2)).collect();
-    // A partition, a batch into it, and the totals its hash then holds.
-    type Step<'a> = (u32, &'a [(&'a str, u64)], Vec<(&'a str, &'a str)>);
-    let steps: [Step<'_>; 3] = [
-        // A small batch into a new hash: a listpack.
-        (
-            0,
-            &entries[..32],
-            names[..32].iter().map(|n| (n.as_str(), "2")).collect(),
-        ),
-        // A large batch into that listpack: a hash table, with the totals added.
-        (
-            0,
-            &entries[..],
-            names
-                .iter()
-                .enumerate()
-                .map(|(i, n)| (n.as_str(), if i < 32 { "4" } else { "2" }))
-                .collect(),
-        ),
-        // A large batch into a new hash: a hash table.
-        (
-            1,
-            &entries[..],
-            names.iter().map(|n| (n.as_str(), "2")).collect(),
-        ),
-    ];
-    let mut written = Vec::new();
-    for (partition, batch, totals) in steps {
-        let request = family.flush(partition, ParticipantId::random(), 1, batch, 0);
-        let reply = flush(&store, &request).await;
-        assert_eq!(reply.outcome, Outcome::Applied, "{reply:?}");
-        let key = family.space(partition).interval(0);
-        let encoding: String = redis::cmd("OBJECT")
-            .arg("ENCODING")
-            .arg(&key)
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        let expected = if batch.len() > 32 || batch.len() > listpack_entries {
-            "hashtable"
-        } else {
-            "listpack"
-        };
-        assert_eq!(encoding, expected, "{} entries into {key}", batch.len());
-        let found: BTreeMap<String, String> = redis::cmd("HGETALL")
-            .arg(&key)
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        assert_eq!(found, hash(&totals), "{} entries into {key}", batch.len());
-        written.extend([key, request.keys()[4].clone()]);
-    }
-    let _: () = redis::cmd("DEL")
-        .arg(&written)
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-}
-
 /// In interval 0 (the largest interval puts the server's clock there) there is no interval
 /// before: no totals, whatever the keys of the window hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1049,12 +1235,11 @@ async fn the_first_interval_brings_back_no_totals() {
         assert_eq!(reply.outcome, Outcome::Applied, "{reply:?}");
         assert_eq!(reply.previous_totals, [None]);
     }
-    let totals: BTreeMap<String, String> = redis::cmd("HGETALL")
-        .arg(family.space(0).interval(0))
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    assert_eq!(totals, hash(&[("a", "2"), ("b", "4")]));
+    let totals = inspect::family_totals(&hash_fields(&family.space(0).interval(0)).await);
+    assert_eq!(
+        totals.unwrap().into_iter().collect::<Vec<_>>(),
+        [("a".to_owned(), 2), ("b".to_owned(), 4)]
+    );
     let total: String = redis::cmd("GET")
         .arg(counter.interval_key(0))
         .query_async(&mut connection)

@@ -338,8 +338,8 @@ async fn scenario<S: Store, I: Inspector>(
         expect(&reply, Outcome::Applied, m)?;
     }
 
-    // Refused in m, on the first partition: stale, an overflow in one key of a batch, a bad
-    // batch; none writes, nor refreshes an expiry.
+    // Refused in m, on the first partition: stale, and bad batches (a key over the longest,
+    // no entry); none writes, nor refreshes an expiry.
     let partition = third
         .iter()
         .find(|r| r.space == first[0].space)
@@ -348,35 +348,13 @@ async fn scenario<S: Store, I: Inspector>(
     let before = inspector.snapshot(base).await;
     let reply = flush(store, &first[0]).await;
     expect(&reply, Outcome::Stale, m)?;
-    let mut overflow: Vec<Entry> = partition
-        .entries
-        .iter()
-        .map(|e| Entry::new(Arc::clone(&e.key), 1))
-        .collect();
-    let last = overflow.len() - 1;
-    overflow[last].amount = FlushRequest::MAX_AMOUNT;
-    let mut overflow = partition
-        .clone()
-        .with_entries(overflow)
-        .with_expect(m)
-        .with_seq(1);
-    overflow.participant = other;
-    assert_refused(
-        store,
-        &overflow,
-        m,
-        "a batch that overflows one key's total",
-    )
-    .await?;
+    let number = partition_number(&family, &partition.space);
     let key = &partition.entries[0].key;
-    let twice = family.flush(
-        partition_number(&family, &partition.space),
-        other,
-        1,
-        &[(&**key, 1), ("another", 1), (&**key, 2)],
-        m,
-    );
-    assert_refused(store, &twice, m, "a batch with a key twice").await?;
+    let long = "k".repeat(FlushRequest::MAX_KEY_LEN + 1);
+    let too_long = family.flush(number, other, 1, &[(&**key, 1), (&long, 1)], m);
+    assert_refused(store, &too_long, m, "a batch with a key over the longest").await?;
+    let empty = family.flush(number, other, 1, &[], m);
+    assert_refused(store, &empty, m, "a batch with no entry").await?;
     assert_unchanged(&before, &inspector.snapshot(base).await, "a refused batch");
 
     // Interval m holds only the last flushes' amounts, and lives three intervals from them.
@@ -405,7 +383,7 @@ fn partition_number(family: &FamilyRequests, space: &KeySpace) -> u32 {
 }
 
 /// Checks on a cluster that a family's partitions spread over its slots: the five keys of each
-/// partition's flush share one slot, its hash lands on the primary that owns that slot, and
+/// partition's flush share one slot, its entries land on the primary that owns that slot, and
 /// the partitions of one family reach more than one primary.
 pub async fn check_partitions_spread<S: Store, C: ConnectionLike + Clone + Send + Sync>(
     store: &S,
@@ -460,14 +438,16 @@ pub async fn check_partitions_spread<S: Store, C: ConnectionLike + Clone + Send 
             .get_multiplexed_async_connection()
             .await
             .unwrap();
-        let fields: u64 = redis::cmd("HLEN")
+        let field: Option<Vec<u8>> = redis::cmd("HGET")
             .arg(&written)
+            .arg(request.fence_key())
             .query_async(&mut direct)
             .await
             .unwrap();
+        let field = field.unwrap_or_else(|| panic!("{written} is not on the primary of its slot"));
         assert_eq!(
-            fields,
-            request.entries.len() as u64,
+            comcount_core::script::unpack(&field).unwrap().len(),
+            request.entries.len(),
             "{written} on the primary of its slot"
         );
         primaries.insert(primary);
