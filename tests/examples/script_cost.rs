@@ -1,13 +1,21 @@
-//! What the flush script costs Redis, per call and per key: a counter's flush against family
-//! batches of 1 to 1000 entries, each into a fresh hash (the first participant to flush a
-//! partition in an interval) and into a hash that holds its keys already (every later one),
-//! on a Redis server this example starts. The figures are the server's: the client's build
-//! plays no part in them.
+//! What the flush script costs Redis, per call and per key: a counter's flush against a family
+//! partition's flushes, on a Redis server this example starts. The figures are the server's:
+//! the client's build plays no part in them.
 //!
 //! ```sh
 //! cargo run -p comcount-tests --example script_cost            # 20 rounds a row
 //! cargo run -p comcount-tests --example script_cost -- 50      # 50 rounds a row
 //! ```
+//!
+//! A family's flush writes its entries to a field of its own; the first flush of each interval
+//! also sums the interval before from every participant's field. So two tables:
+//!
+//! - **writes**: batches of 1 to 1000 entries into an interval with nothing to sum before it;
+//! - **sums**: the first flush of an interval, a batch of 700, with the interval before holding
+//!   the batches of 1 to 10 participants (700 or 1000 entries each, all the same keys, as in a
+//!   fleet that counts every key everywhere); its cost beyond a write is the cost of summing,
+//!   per amount summed; and, all in, what each key sent costs when each of those participants
+//!   sends one batch an interval: its write and its share of the sum.
 //!
 //! Two figures per row:
 //!
@@ -21,10 +29,6 @@
 //!
 //! Each per-key figure is set against a counter's flush, the cost the target is measured in:
 //! a key of a batch should cost at most a fifth of a counter's flush.
-//!
-//! Then where a key's time goes: a 1000-key batch into a hash that holds its keys, the
-//! interval before holding them too, run by copies of the script cut short after each part;
-//! and what the Lua operations and Redis commands it is made of cost alone.
 
 use comcount_core::{Entry, FlushRequest, KeySpace, ParticipantId, script};
 use comcount_tests::bench::{info, redis_cpu};
@@ -34,7 +38,7 @@ use redis::aio::MultiplexedConnection;
 /// An interval of 1000 days: every call lands in the interval it aims at.
 const INTERVAL_MS: u64 = 1000 * 86_400_000;
 /// The batch sizes measured.
-const SIZES: [usize; 7] = [1, 10, 100, 250, 500, 512, 1000];
+const SIZES: [usize; 6] = [1, 10, 100, 500, 700, 1000];
 /// Counter flushes in one pipeline.
 const COUNTER_BATCH: usize = 200;
 
@@ -71,9 +75,8 @@ async fn main() {
     println!("## The flush script's cost on Redis");
     println!();
     println!(
-        "{rounds} rounds a row, `redis-server` {}, `hash-max-listpack-entries` {}.",
+        "{rounds} rounds a row, `redis-server` {}.",
         bench.server_info("server", "redis_version").await,
-        bench.config("hash-max-listpack-entries").await
     );
     println!();
     println!(
@@ -81,93 +84,71 @@ async fn main() {
         counter.median, counter.least, counter.cpu
     );
     println!();
+    println!("### Writes");
+    println!();
     println!(
-        "| entries | hash | run time, least | median | per key (median) | CPU per call | CPU per key | CPU per key / counter flush |"
+        "| entries | run time, least | median | per key (median) | CPU per call | CPU per key | CPU per key / counter flush |"
     );
-    println!("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let mut writes = Vec::new();
     for size in SIZES {
-        for row in bench.family(size, rounds).await {
-            println!(
-                "| {size} | {} | {:.0} µs | {:.0} µs | {:.2} µs | {:.0} µs | {:.2} µs | {:.2} |",
-                row.hash,
-                row.least,
-                row.median,
-                row.median / size as f64,
-                row.cpu,
-                row.cpu / size as f64,
-                row.cpu / size as f64 / counter.cpu
-            );
-        }
+        let row = bench.write(size, rounds).await;
+        println!(
+            "| {size} | {:.0} µs | {:.0} µs | {:.2} µs | {:.0} µs | {:.2} µs | {:.3} |",
+            row.least,
+            row.median,
+            row.median / size as f64,
+            row.cpu,
+            row.cpu / size as f64,
+            row.cpu / size as f64 / counter.cpu
+        );
+        writes.push((size, row));
     }
     println!();
-    println!("### Where a key's time goes: {PARTS_SIZE} keys into a hash that holds them");
+    println!("### Sums: the first flush of an interval, a batch of {SUM_BATCH}");
     println!();
-    println!("| the script up to | run time per key (least) | the part alone |");
-    println!("| --- | ---: | ---: |");
-    let mut before = 0.0;
-    for (part, per_key) in bench.parts(rounds).await {
-        println!("| {part} | {per_key:.2} µs | {:.2} µs |", per_key - before);
-        before = per_key;
-    }
-    println!();
-    println!("| operation | run time |");
-    println!("| --- | ---: |");
-    for (operation, time) in bench.operations().await {
-        println!("| {operation} | {time:.2} µs |");
+    println!(
+        "| participants × entries before | run time, least | median | CPU per call | CPU per amount summed | all in, CPU per key sent | / counter flush |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let write_of = |size: usize| {
+        writes
+            .iter()
+            .find(|(s, _)| *s == size)
+            .map(|(_, row)| row.cpu)
+            .expect("the batch sizes include it")
+    };
+    for (participants, entries) in SUMS {
+        let row = bench.sum(participants, entries, rounds).await;
+        let summed = (participants * entries) as f64;
+        let extra = (row.cpu - write_of(SUM_BATCH)).max(0.0);
+        // Each of the participants sends a batch of `entries` an interval, and one flush an
+        // interval sums them all.
+        let all_in = (participants as f64 * write_of(entries) + extra) / summed;
+        println!(
+            "| {participants} × {entries} | {:.0} µs | {:.0} µs | {:.0} µs | {:.3} µs | {:.2} µs | {:.3} |",
+            row.least,
+            row.median,
+            row.cpu,
+            extra / summed,
+            all_in,
+            all_in / counter.cpu
+        );
     }
     drop(server);
 }
 
-/// The batch the parts are timed on.
-const PARTS_SIZE: usize = 1000;
-
-/// How a copy of the script is cut short.
-enum Cut {
-    /// It returns just before this line.
-    ReturnBefore(&'static str),
-    /// It leaves this line out.
-    Without(&'static str),
-    /// It is whole.
-    Whole,
-}
-
-/// The copies of the script timed, each with the last part it runs.
-const CUTS: [(&str, Cut); 4] = [
-    (
-        "checking the arguments",
-        Cut::ReturnBefore("local time = redis.call('TIME')"),
-    ),
-    (
-        "`TIME` and the `HMGET` of the interval before",
-        Cut::ReturnBefore("local function answer("),
-    ),
-    (
-        "the fence, this interval's `HMGET` and the new totals",
-        Cut::Without("      write(unpack(changes))\n"),
-    ),
-    ("the `HSET`: the whole script", Cut::Whole),
+/// The batch of the first flush of an interval, in the sums.
+const SUM_BATCH: usize = 700;
+/// What the interval before holds in the sums: participants, and entries each.
+const SUMS: [(usize, usize); 6] = [
+    (1, 700),
+    (2, 700),
+    (8, 700),
+    (10, 700),
+    (8, 1000),
+    (10, 1000),
 ];
-
-impl Cut {
-    fn apply(&self, source: &str) -> String {
-        let find = |line: &str| {
-            source
-                .find(line)
-                .unwrap_or_else(|| panic!("the script has no {line:?} to cut at"))
-        };
-        match *self {
-            Cut::ReturnBefore(line) => {
-                let at = find(line);
-                format!("{}do return 0 end\n{}", &source[..at], &source[at..])
-            }
-            Cut::Without(line) => {
-                let at = find(line);
-                format!("{}{}", &source[..at], &source[at + line.len()..])
-            }
-            Cut::Whole => source.to_owned(),
-        }
-    }
-}
 
 struct Bench {
     sha: String,
@@ -180,7 +161,6 @@ struct Bench {
 
 /// The figures of one row.
 struct Row {
-    hash: &'static str,
     least: f64,
     median: f64,
     cpu: f64,
@@ -240,16 +220,6 @@ impl Bench {
             .unwrap_or_default()
     }
 
-    async fn config(&mut self, name: &str) -> String {
-        let pair: (String, String) = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg(name)
-            .query_async(&mut self.stats)
-            .await
-            .unwrap();
-        pair.1
-    }
-
     /// Runs `requests` in one pipeline; each must be applied. Returns the CPU per call.
     async fn pipeline(&mut self, requests: &[FlushRequest]) -> f64 {
         let mut pipe = redis::pipe();
@@ -267,140 +237,16 @@ impl Bench {
 
     /// Runs one request alone; returns Redis's time for it, in µs.
     async fn alone(&mut self, request: &FlushRequest) -> f64 {
-        let (reply, usec) = self.alone_with(&self.sha.clone(), request).await;
-        assert_applied(&reply);
-        usec
-    }
-
-    /// Runs one request alone through the script `sha`; returns its reply and Redis's time
-    /// for it, in µs.
-    async fn alone_with(&mut self, sha: &str, request: &FlushRequest) -> (redis::Value, f64) {
         let (usec, calls) = self.evalsha_stats().await;
-        let keys = request.keys();
-        let reply: redis::Value = redis::cmd("EVALSHA")
-            .arg(sha)
-            .arg(keys.len())
-            .arg(&keys[..])
-            .arg(&script::arguments(request)[..])
+        let reply: redis::Value = self
+            .evalsha(request)
             .query_async(&mut self.connection)
             .await
             .unwrap();
         let (usec_after, calls_after) = self.evalsha_stats().await;
         assert_eq!(calls_after - calls, 1.0, "another EVALSHA ran in between");
-        (reply, usec_after - usec)
-    }
-
-    /// The script up to each cut of [`CUTS`], and its least run time per key: the call a busy
-    /// machine disturbed least.
-    async fn parts(&mut self, rounds: usize) -> Vec<(&'static str, f64)> {
-        let mut parts = Vec::new();
-        for (part, cut) in CUTS {
-            let source = cut.apply(script::SOURCE);
-            let sha: String = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(&source)
-                .query_async(&mut self.connection)
-                .await
-                .unwrap();
-            let mut times = Vec::new();
-            for _ in 0..rounds {
-                let space = self.space(true);
-                // The first flush makes this interval's hash; the one before is written here.
-                let first = self.request(space.clone(), 1, Some(PARTS_SIZE));
-                self.alone(&first).await;
-                let mut before = redis::cmd("HSET");
-                before.arg(&first.keys()[1]);
-                for entry in &first.entries {
-                    before.arg(&*entry.key).arg(entry.amount * 7);
-                }
-                before.arg("").arg("-".repeat(1025));
-                let mut pipe = redis::pipe();
-                pipe.add_command(before)
-                    .cmd("HDEL")
-                    .arg(&first.keys()[1])
-                    .arg("");
-                let _: () = pipe.query_async(&mut self.connection).await.unwrap();
-                let second = self.request(space, 2, Some(PARTS_SIZE));
-                let (_, usec) = self.alone_with(&sha, &second).await;
-                times.push(usec / PARTS_SIZE as f64);
-            }
-            parts.push((part, least(&times)));
-        }
-        parts
-    }
-
-    /// What the script's operations cost alone: Lua's per call, Redis's commands per field
-    /// of a 1000-field hash table.
-    async fn operations(&mut self) -> Vec<(&'static str, f64)> {
-        const CALLS: usize = 200_000;
-        let lua = [
-            (
-                "a pattern match of a total",
-                "x = string.match(s, '^[1-9]%d*$')",
-            ),
-            ("`tonumber`", "x = tonumber(s)"),
-            ("`string.format('%d')`", "x = string.format('%d', n)"),
-        ];
-        let mut costs = Vec::new();
-        let empty = self.eval_time(&lua_loop("x = i"), &[]).await;
-        for (name, body) in lua {
-            let time = self.eval_time(&lua_loop(body), &[]).await;
-            costs.push((name, (time - empty) / CALLS as f64));
-        }
-        let fields: Vec<String> = (0..PARTS_SIZE).map(|i| format!("key-{i}")).collect();
-        let mut set = redis::cmd("HSET");
-        set.arg("ops{h}");
-        for field in &fields {
-            set.arg(field).arg(12_345);
-        }
-        set.arg("").arg("-".repeat(1025));
-        let _: () = set.query_async(&mut self.connection).await.unwrap();
-        let _: () = redis::cmd("HDEL")
-            .arg("ops{h}")
-            .arg("")
-            .query_async(&mut self.connection)
-            .await
-            .unwrap();
-        let commands = [
-            (
-                "`HMGET`, a field",
-                "redis.call('HMGET', KEYS[1], unpack(ARGV))",
-            ),
-            (
-                "`HSET`, a field (its arguments built in Lua included)",
-                "local t = {} for i = 1, #ARGV do t[2 * i - 1] = ARGV[i] t[2 * i] = '12352' end \
-                 redis.call('HSET', KEYS[1], unpack(t))",
-            ),
-            (
-                "`HINCRBY`, one `redis.call` a field",
-                "for i = 1, #ARGV do redis.call('HINCRBY', KEYS[1], ARGV[i], 7) end",
-            ),
-        ];
-        let bare = self.eval_time("return 0", &fields).await;
-        for (name, body) in commands {
-            let time = self.eval_time(&format!("{body} return 0"), &fields).await;
-            costs.push((name, (time - bare) / PARTS_SIZE as f64));
-        }
-        costs
-    }
-
-    /// Redis's time for one `EVAL` of `body` on the key `ops{h}` with `fields` as `ARGV`, in
-    /// µs: the least of five.
-    async fn eval_time(&mut self, body: &str, fields: &[String]) -> f64 {
-        let mut times = Vec::new();
-        for _ in 0..5 {
-            let before = eval_usec(&mut self.stats).await;
-            let _: redis::Value = redis::cmd("EVAL")
-                .arg(body)
-                .arg(1)
-                .arg("ops{h}")
-                .arg(fields)
-                .query_async(&mut self.connection)
-                .await
-                .unwrap();
-            times.push(eval_usec(&mut self.stats).await - before);
-        }
-        least(&times)
+        assert_applied(&reply);
+        usec_after - usec
     }
 
     async fn counter(&mut self, rounds: usize) -> Row {
@@ -417,52 +263,71 @@ impl Bench {
             times.push((usec_after - usec) / (calls_after - calls));
         }
         Row {
-            hash: "",
             least: least(&times),
             median: median(&mut times),
             cpu: median(&mut cpu),
         }
     }
 
-    /// Batches of `size` entries: into a fresh hash, then into the same hash again.
-    async fn family(&mut self, size: usize, rounds: usize) -> [Row; 2] {
-        let spaces: Vec<KeySpace> = (0..rounds).map(|_| self.space(true)).collect();
-        // CPU: a pipeline of first flushes into fresh hashes, then one of second flushes.
-        let first: Vec<_> = spaces
-            .iter()
-            .map(|s| self.request(s.clone(), 1, Some(size)))
+    /// Batches of `size` entries, each into a fresh partition: a write and nothing to sum.
+    async fn write(&mut self, size: usize, rounds: usize) -> Row {
+        let requests: Vec<_> = (0..rounds)
+            .map(|_| {
+                let space = self.space(true);
+                self.request(space, 1, Some(size))
+            })
             .collect();
-        let second: Vec<_> = spaces
-            .iter()
-            .map(|s| self.request(s.clone(), 2, Some(size)))
-            .collect();
-        let cpu_fresh = self.pipeline(&first).await;
-        let cpu_existing = self.pipeline(&second).await;
-        // Run time: the same, one call at a time, on other hashes.
-        let mut fresh = Vec::new();
-        let mut existing = Vec::new();
+        let cpu = self.pipeline(&requests).await;
+        let mut times = Vec::new();
         for _ in 0..rounds {
             let space = self.space(true);
-            fresh.push(
-                self.alone(&self.request(space.clone(), 1, Some(size)))
-                    .await,
-            );
-            existing.push(self.alone(&self.request(space, 2, Some(size))).await);
+            times.push(self.alone(&self.request(space, 1, Some(size))).await);
         }
-        [
-            Row {
-                hash: "fresh",
-                least: least(&fresh),
-                median: median(&mut fresh),
-                cpu: cpu_fresh,
-            },
-            Row {
-                hash: "holds the keys",
-                least: least(&existing),
-                median: median(&mut existing),
-                cpu: cpu_existing,
-            },
-        ]
+        Row {
+            least: least(&times),
+            median: median(&mut times),
+            cpu,
+        }
+    }
+
+    /// The first flush of an interval, a batch of [`SUM_BATCH`], each into a fresh partition
+    /// whose interval before holds `participants` batches of `entries`, written as the script
+    /// writes them.
+    async fn sum(&mut self, participants: usize, entries: usize, rounds: usize) -> Row {
+        let mut spaces = Vec::new();
+        for _ in 0..2 * rounds {
+            let space = self.space(true);
+            let mut hset = redis::cmd("HSET");
+            hset.arg(space.interval(self.n - 1));
+            for p in 0..participants as u64 {
+                let before = self.request(space.clone(), 100 + p, Some(entries));
+                hset.arg(before.fence_key())
+                    .arg(&script::arguments(&before)[5][..]);
+            }
+            let mut pipe = redis::pipe();
+            pipe.add_command(hset)
+                .cmd("PEXPIRE")
+                .arg(space.interval(self.n - 1))
+                .arg(3_600_000);
+            let _: () = pipe.query_async(&mut self.connection).await.unwrap();
+            spaces.push(space);
+        }
+        let (piped, alone) = spaces.split_at(rounds);
+        let requests: Vec<_> = piped
+            .iter()
+            .map(|s| self.request(s.clone(), 1, Some(SUM_BATCH)))
+            .collect();
+        let cpu = self.pipeline(&requests).await;
+        let mut times = Vec::new();
+        for space in alone {
+            let request = self.request(space.clone(), 1, Some(SUM_BATCH));
+            times.push(self.alone(&request).await);
+        }
+        Row {
+            least: least(&times),
+            median: median(&mut times),
+            cpu,
+        }
     }
 }
 
@@ -471,26 +336,6 @@ fn assert_applied(reply: &redis::Value) {
         redis::Value::Array(fields) if fields.first() == Some(&redis::Value::Int(0)) => {}
         other => panic!("the flush was not applied: {other:?}"),
     }
-}
-
-/// A Lua loop that runs `body` 200,000 times, with a total `s` and a number `n` at hand.
-fn lua_loop(body: &str) -> String {
-    format!(
-        "local s, n, x = '123456789', 123456796, nil \
-         for i = 1, 200000 do {body} end return 0"
-    )
-}
-
-/// The `usec` of `EVAL` in `INFO commandstats`.
-async fn eval_usec(stats: &mut MultiplexedConnection) -> f64 {
-    info(stats, "commandstats")
-        .await
-        .get("cmdstat_eval")
-        .and_then(|line| {
-            line.split(',')
-                .find_map(|kv| kv.strip_prefix("usec=")?.parse().ok())
-        })
-        .unwrap_or(0.0)
 }
 
 fn least(values: &[f64]) -> f64 {
