@@ -13,7 +13,8 @@
 //! - **writes**: batches of 1 to 1000 entries into an interval with nothing to sum before it;
 //! - **sums**: the first flush of an interval, a batch of 700, with the interval before holding
 //!   the batches of 1 to 10 participants (700 or 1000 entries each, all the same keys, as in a
-//!   fleet that counts every key everywhere); its cost beyond a write is the cost of summing,
+//!   fleet that counts every key everywhere, and once with keys of each participant's own, for
+//!   the longest run there is); its cost beyond a write is the cost of summing,
 //!   per amount summed; and, all in, what each key sent costs when each of those participants
 //!   sends one batch an interval: its write and its share of the sum.
 //!
@@ -118,15 +119,16 @@ async fn main() {
             .map(|(_, row)| row.cpu)
             .expect("the batch sizes include it")
     };
-    for (participants, entries) in SUMS {
-        let row = bench.sum(participants, entries, rounds).await;
+    for (participants, entries, own_keys) in SUMS {
+        let row = bench.sum(participants, entries, own_keys, rounds).await;
         let summed = (participants * entries) as f64;
         let extra = (row.cpu - write_of(SUM_BATCH)).max(0.0);
         // Each of the participants sends a batch of `entries` an interval, and one flush an
         // interval sums them all.
         let all_in = (participants as f64 * write_of(entries) + extra) / summed;
+        let keys = if own_keys { ", keys of its own" } else { "" };
         println!(
-            "| {participants} × {entries} | {:.0} µs | {:.0} µs | {:.0} µs | {:.3} µs | {:.2} µs | {:.3} |",
+            "| {participants} × {entries}{keys} | {:.0} µs | {:.0} µs | {:.0} µs | {:.3} µs | {:.2} µs | {:.3} |",
             row.least,
             row.median,
             row.cpu,
@@ -140,14 +142,16 @@ async fn main() {
 
 /// The batch of the first flush of an interval, in the sums.
 const SUM_BATCH: usize = 700;
-/// What the interval before holds in the sums: participants, and entries each.
-const SUMS: [(usize, usize); 6] = [
-    (1, 700),
-    (2, 700),
-    (8, 700),
-    (10, 700),
-    (8, 1000),
-    (10, 1000),
+/// What the interval before holds in the sums: participants, entries each, and whether each
+/// participant's keys are its own (so that the totals hold every entry: the longest run).
+const SUMS: [(usize, usize, bool); 7] = [
+    (1, 700, false),
+    (2, 700, false),
+    (8, 700, false),
+    (10, 700, false),
+    (8, 1000, false),
+    (10, 1000, false),
+    (10, 1000, true),
 ];
 
 struct Bench {
@@ -291,16 +295,27 @@ impl Bench {
     }
 
     /// The first flush of an interval, a batch of [`SUM_BATCH`], each into a fresh partition
-    /// whose interval before holds `participants` batches of `entries`, written as the script
-    /// writes them.
-    async fn sum(&mut self, participants: usize, entries: usize, rounds: usize) -> Row {
+    /// whose interval before holds `participants` batches of `entries` (of the same keys, or
+    /// each of its own), written as the script writes them.
+    async fn sum(
+        &mut self,
+        participants: usize,
+        entries: usize,
+        own_keys: bool,
+        rounds: usize,
+    ) -> Row {
         let mut spaces = Vec::new();
         for _ in 0..2 * rounds {
             let space = self.space(true);
             let mut hset = redis::cmd("HSET");
             hset.arg(space.interval(self.n - 1));
             for p in 0..participants as u64 {
-                let before = self.request(space.clone(), 100 + p, Some(entries));
+                let mut before = self.request(space.clone(), 100 + p, Some(entries));
+                if own_keys {
+                    for entry in &mut before.entries {
+                        entry.key = format!("{p}-{}", entry.key).into();
+                    }
+                }
                 hset.arg(before.fence_key())
                     .arg(&script::arguments(&before)[5][..]);
             }
