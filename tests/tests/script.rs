@@ -415,8 +415,8 @@ async fn each_bad_argument_is_an_err_reply_and_writes_nothing() {
     delete_keys(&inspector, requests.base()).await;
 }
 
-/// Too few or too many keys, or arguments that are not five and then pairs: an error reply
-/// that says what the script expects, and nothing written.
+/// Too few or too many keys, fewer than six arguments, or a count of arguments the layout does
+/// not take: an error reply that says what the script expects, and nothing written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_count_of_keys_or_arguments_is_refused_and_writes_nothing() {
     let (store, inspector) = eval_store().await;
@@ -428,17 +428,34 @@ async fn a_wrong_count_of_keys_or_arguments_is_refused_and_writes_nothing() {
     let more_keys = [keys.clone(), vec![keys[4].clone()]].concat();
     let more_args = [args.clone(), vec![b"1".to_vec()]].concat();
     type Case<'a> = (&'a str, &'a [String], &'a [Vec<u8>], &'a str);
-    let cases: [Case<'_>; 5] = [
+    let cases: [Case<'_>; 7] = [
         ("three keys", &keys[2..], &args, "expected 5 keys, got 3"),
         ("six keys", &more_keys, &args, "expected 5 keys, got 6"),
-        ("half a pair", &keys, &args[..6], "got 6 arguments"),
+        (
+            "half a pair",
+            &keys,
+            &args[..6],
+            "layout c takes 7 arguments, got 6",
+        ),
         (
             "the old script's five",
             &keys,
             &args[..5],
-            "got 5 arguments",
+            "expected at least 6 arguments, got 5",
         ),
-        ("a pair and a half", &keys, &more_args, "got 8 arguments"),
+        (
+            "no layout",
+            &keys,
+            &args[..4],
+            "expected at least 6 arguments, got 4",
+        ),
+        ("none", &keys, &[], "expected at least 6 arguments, got 0"),
+        (
+            "a pair and a half",
+            &keys,
+            &more_args,
+            "layout c takes 7 arguments, got 8",
+        ),
     ];
     for (what, keys, args, says) in cases {
         let before = inspector.snapshot(requests.base()).await;
@@ -803,8 +820,58 @@ async fn an_ended_interval_is_summed_once_from_each_participants_entries() {
     .await;
 }
 
+/// Only an applied flush writes the sums of the interval before: a wrong interval, a duplicate
+/// and a stale flush that reach an ended interval first bring back its totals (but for the
+/// wrong interval) and write nothing; the applied flush after them writes the sums.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_an_applied_flush_writes_the_sums_of_the_interval_before() {
+    let (store, inspector) = eval_store().await;
+    let (store, inspector) = (&store, &inspector);
+    in_a_family_interval(store, |family, n| async move {
+        let space = family.space(0);
+        let (one, two) = (ParticipantId::random(), ParticipantId::random());
+        let sent = family.flush(0, one, 5, &[("a", 2), ("b", 3)], n);
+        expect(&flush(store, &sent).await, Outcome::Applied, n)?;
+        let other = family.flush(0, two, 1, &[("b", 4)], n);
+        expect(&flush(store, &other).await, Outcome::Applied, n)?;
+        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
+        if m != n + 1 {
+            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
+        }
+        let before = inspector.snapshot(space.base()).await;
+        let dumped = dump(inspector, space.base()).await;
+        let wrong = flush(store, &sent.clone().with_expect(m + 2)).await;
+        expect(&wrong, Outcome::WrongInterval, m)?;
+        let duplicate = flush(store, &sent.clone().with_expect(m)).await;
+        expect(&duplicate, Outcome::Duplicate, m)?;
+        assert_eq!(duplicate.counted_in, Some(n));
+        let stale = flush(store, &sent.clone().with_seq(3).with_expect(m)).await;
+        expect(&stale, Outcome::Stale, m)?;
+        for reply in [&duplicate, &stale] {
+            assert_eq!(reply.previous_totals, [Some(2), Some(7)], "{reply:?}");
+        }
+        assert_untouched(
+            inspector,
+            space.base(),
+            &before,
+            &dumped,
+            "a flush not applied",
+        )
+        .await;
+        let applied = flush(store, &family.flush(0, two, 2, &[("b", 0)], m)).await;
+        expect(&applied, Outcome::Applied, m)?;
+        assert_eq!(applied.previous_totals, [Some(7)]);
+        let hash = hash_fields(&space.interval(n)).await;
+        let (summed, whole) = inspect::summed_totals(&hash).expect("interval n is summed");
+        assert!(whole, "two fields sum within the budget");
+        assert_eq!(summed, inspect::family_totals(&hash).unwrap());
+        Ok(())
+    })
+    .await;
+}
+
 /// One participant's entries are the totals of its interval as they stand: the field `""` is a
-/// copy of its field.
+/// copy of its field, byte for byte (a key it sent twice is there twice, not summed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_participants_entries_are_its_intervals_totals() {
     let (store, _) = eval_store().await;
@@ -812,7 +879,7 @@ async fn a_lone_participants_entries_are_its_intervals_totals() {
     in_a_family_interval(store, |family, n| async move {
         let space = family.space(0);
         let one = ParticipantId::random();
-        let first = family.flush(0, one, 1, &[("a", 2), ("b", 3)], n);
+        let first = family.flush(0, one, 1, &[("a", 2), ("b", 3), ("a", 1)], n);
         expect(&flush(store, &first).await, Outcome::Applied, n)?;
         let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
         if m != n + 1 {
@@ -821,7 +888,7 @@ async fn a_lone_participants_entries_are_its_intervals_totals() {
         let second = family.flush(0, one, 2, &[("b", 1), ("a", 1)], m);
         let reply = flush(store, &second).await;
         expect(&reply, Outcome::Applied, m)?;
-        assert_eq!(reply.previous_totals, [Some(3), Some(2)]);
+        assert_eq!(reply.previous_totals, [Some(3), Some(3)]);
         let hash = hash_fields(&space.interval(n)).await;
         let field = |name: &[u8]| hash.iter().find(|(f, _)| f == name).map(|(_, v)| v.clone());
         assert_eq!(field(b""), Some(arguments(&first)[5].clone()));
@@ -836,20 +903,38 @@ async fn a_lone_participants_entries_are_its_intervals_totals() {
 /// whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_interval_is_summed_over_several_runs_and_never_overstated() {
+    // The first run sums 10 fields of 1000 (its budget, to the entry), the second the last two.
+    let seen = summed_over_three_runs(12, FlushRequest::MAX_ENTRIES).await;
+    assert_eq!(seen, [(10, false), (12, true), (12, true)]);
+}
+
+/// A run sums fields until it has summed 10,000 entries or more: of 13 fields of 909 entries,
+/// the first run sums 12 (after 11 it is one entry short), the second the one left, added to
+/// what the first summed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_sums_fields_until_its_budget_is_spent_and_the_next_adds_the_rest() {
+    let seen = summed_over_three_runs(13, 909).await;
+    assert_eq!(seen, [(12, false), (13, true), (13, true)]);
+}
+
+/// Sends `fields` participants' flushes of `entries` keys (each amount 1) into one interval,
+/// then three flushes in the next one; returns what each of those was told of the first key's
+/// total, and whether the interval was then summed whole.
+async fn summed_over_three_runs(fields: usize, entries: usize) -> Vec<(u64, bool)> {
     let (store, _) = eval_store().await;
     let store = &store;
-    // Long enough that twelve batches of 1000, and three flushes after them, land in two
-    // intervals.
+    // Long enough that thirteen batches of up to 1000, and three flushes after them, land in
+    // two intervals.
     let interval = settings::interval().max(Duration::from_secs(2));
-    let names: Vec<String> = (0..FlushRequest::MAX_ENTRIES)
-        .map(|i| format!("k{i}"))
-        .collect();
+    let names: Vec<String> = (0..entries).map(|i| format!("k{i}")).collect();
+    let sent = u64::try_from(fields).unwrap();
     for _ in 0..5 {
         let family = FamilyRequests::fresh(interval, 1);
         let Ok(n) = aim(store, &Requests::fresh(interval), 0).await else {
             continue;
         };
-        let participants: Vec<ParticipantId> = (0..12).map(|_| ParticipantId::random()).collect();
+        let participants: Vec<ParticipantId> =
+            (0..fields).map(|_| ParticipantId::random()).collect();
         let entries: Vec<(&str, u64)> = names.iter().map(|k| (k.as_str(), 1)).collect();
         let mut slipped = false;
         for participant in &participants {
@@ -874,18 +959,15 @@ async fn a_large_interval_is_summed_over_several_runs_and_never_overstated() {
             let (summed, whole) = inspect::summed_totals(&hash).expect("summed");
             let total = reply.previous_totals[0].expect("a total");
             assert!(
-                total <= 12,
+                total <= sent,
                 "reader {reader} was told {total}: more than was sent"
             );
             assert_eq!(summed.get("k0"), Some(&total));
             seen.push((total, whole));
         }
-        if seen.len() < 3 {
-            continue;
+        if seen.len() == 3 {
+            return seen;
         }
-        // The first run sums 10 fields of 1000 (its budget), the second the last two.
-        assert_eq!(seen, [(10, false), (12, true), (12, true)]);
-        return;
     }
     panic!("every attempt slipped over an interval boundary");
 }
@@ -905,6 +987,7 @@ async fn a_keys_total_past_the_largest_stops_there_and_is_summed_exactly_below()
                 ("mid", 9_999_999_999_999_999),
                 ("edge", exact),
                 ("small", 3),
+                ("odd", exact),
             ],
             &[
                 ("a", 2),
@@ -914,6 +997,7 @@ async fn a_keys_total_past_the_largest_stops_there_and_is_summed_exactly_below()
                 ("mid", 1),
                 ("edge", 1),
                 ("small", 4),
+                ("odd", 2),
             ],
             &[("a", MAX), ("small", exact - 7), ("edge", exact)],
         ];
@@ -925,7 +1009,7 @@ async fn a_keys_total_past_the_largest_stops_there_and_is_summed_exactly_below()
         if m != n + 1 {
             return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
         }
-        let keys = ["a", "b", "big", "c9", "mid", "edge", "small"];
+        let keys = ["a", "b", "big", "c9", "mid", "edge", "small", "odd"];
         let reader: Vec<(&str, u64)> = keys.iter().map(|k| (*k, 0)).collect();
         let reply = flush(
             store,
@@ -934,6 +1018,7 @@ async fn a_keys_total_past_the_largest_stops_there_and_is_summed_exactly_below()
         .await;
         expect(&reply, Outcome::Applied, m)?;
         let told: Vec<u64> = reply.previous_totals.iter().map(|t| t.unwrap()).collect();
+        // "odd" sums to 2^53 + 1, which Lua's numbers round to 2^53: it is summed as digits.
         assert_eq!(
             told,
             [
@@ -943,7 +1028,8 @@ async fn a_keys_total_past_the_largest_stops_there_and_is_summed_exactly_below()
                 MAX,
                 10_000_000_000_000_000,
                 2 * exact + 1,
-                exact
+                exact,
+                exact + 2
             ]
         );
         let hash = hash_fields(&family.space(0).interval(n)).await;
@@ -993,26 +1079,80 @@ async fn a_field_that_holds_no_entries_refuses_the_flush_and_writes_nothing() {
         })
         .await;
     }
-    // An interval key that is not a hash.
+    // A run cut short leaves its sums in "" and the fields it summed in "+", and the next run
+    // starts from them: either one garbled refuses the flush.
+    let names = pack::array(&[pack::string(b"someone")]);
+    let totals = pack::pairs(&[("ok", pack::unsigned(1))]);
+    let resumed: [(&[u8], &[u8], &str); 2] = [
+        (b"abc", &names, "holds no entries"),
+        (&totals, b"abc", "is not a list of fields"),
+    ];
+    for (summed, progress, says) in resumed {
+        in_a_family_interval(store, |family, n| async move {
+            let space = family.space(0);
+            let one = ParticipantId::random();
+            let first = family.flush(0, one, 1, &[("ok", 1)], n);
+            expect(&flush(store, &first).await, Outcome::Applied, n)?;
+            let mut connection = connect::multiplexed(&shared::standalone_url()).await;
+            let _: () = redis::cmd("HSET")
+                .arg(space.interval(n))
+                .arg("")
+                .arg(summed)
+                .arg("+")
+                .arg(progress)
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
+            if m != n + 1 {
+                return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
+            }
+            let before = inspector.snapshot(space.base()).await;
+            let dumped = dump(inspector, space.base()).await;
+            let request = family.flush(0, one, 2, &[("ok", 1)], m);
+            match store.flush(&request, &reporter()).await {
+                Err(error) => assert!(error.to_string().contains(says), "{error}"),
+                Ok(reply) => {
+                    expect(&reply, Outcome::Applied, m)?;
+                    panic!("a flush after {summed:?} and {progress:?} was applied: {reply:?}");
+                }
+            }
+            assert_untouched(inspector, space.base(), &before, &dumped, says).await;
+            Ok(())
+        })
+        .await;
+    }
+    // An interval key that is not a hash, while the interval before has a field to sum: the
+    // flush is refused, and the sums are not written either.
     in_a_family_interval(store, |family, n| async move {
         let space = family.space(0);
+        let one = ParticipantId::random();
+        let first = family.flush(0, one, 1, &[("a", 1)], n);
+        expect(&flush(store, &first).await, Outcome::Applied, n)?;
+        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
+        if m != n + 1 {
+            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
+        }
         let mut connection = connect::multiplexed(&shared::standalone_url()).await;
         let _: () = redis::cmd("SET")
-            .arg(space.interval(n))
+            .arg(space.interval(m))
             .arg("5")
+            .arg("PX")
+            .arg(60_000)
             .query_async(&mut connection)
             .await
             .unwrap();
         let before = inspector.snapshot(space.base()).await;
-        let request = family.flush(0, ParticipantId::random(), 1, &[("a", 1)], n);
+        let dumped = dump(inspector, space.base()).await;
+        let request = family.flush(0, one, 2, &[("a", 1)], m);
         match store.flush(&request, &reporter()).await {
             Err(error) => assert!(error.to_string().contains("is not a hash"), "{error}"),
             Ok(reply) => {
-                expect(&reply, Outcome::Applied, n)?;
+                expect(&reply, Outcome::Applied, m)?;
                 panic!("a flush into a string was applied: {reply:?}");
             }
         }
-        assert_unchanged(&before, &inspector.snapshot(space.base()).await, "a string");
+        assert_untouched(inspector, space.base(), &before, &dumped, "a string").await;
         Ok(())
     })
     .await;
@@ -1085,6 +1225,19 @@ async fn each_bad_family_argument_is_an_err_reply_and_writes_nothing() {
             "ARGV[6] (entries)",
         ),
         (
+            "a pair and a key",
+            with(&[(
+                5,
+                pack::array(&[pack::string(b"a"), one.clone(), pack::string(b"b")]),
+            )]),
+            "ARGV[6] (entries)",
+        ),
+        (
+            "a number, not an array",
+            with(&[(5, vec![0x05])]),
+            "ARGV[6] (entries)",
+        ),
+        (
             "two arrays",
             with(&[(5, [good[5].clone(), good[5].clone()].concat())]),
             "ARGV[6] (entries)",
@@ -1113,6 +1266,11 @@ async fn each_bad_family_argument_is_an_err_reply_and_writes_nothing() {
         (
             "a fraction",
             entries(&[("a", float)]),
+            "entry 1 (key \"a\") has an amount",
+        ),
+        (
+            "true for an amount",
+            entries(&[("a", vec![0xc3])]),
             "entry 1 (key \"a\") has an amount",
         ),
         (
