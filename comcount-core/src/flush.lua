@@ -24,9 +24,11 @@
 --        up to 2^63-1; a key that comes twice adds both amounts. An interval key is a hash:
 --        each participant's entries for the interval are one field, named by its fence key and
 --        holding ARGV[6] as sent. Once the interval has ended, the flushes of the next one sum
---        the fields into the field '' (packed alike, each key once), at most FOLD_BUDGET
---        entries a run; the field '+' holds the packed names of the fields summed so far, or ''
---        once all of them are. A lone field is the totals as it stands, and is copied.
+--        the fields into the field '' (packed alike: a key's total is the sum of its amounts
+--        there); the field '+' holds the packed names of the fields summed so far, or '' once
+--        all of them are. A run sums whole fields, one at least, until it has summed
+--        FOLD_BUDGET entries, those of the totals it resumes from included. A lone field is the
+--        totals as it stands, and is copied.
 --
 -- The server's interval is N = floor(TIME in ms / I), its phase TIME - N*I. The flush may land
 -- in the window EXPECT-1 <= N <= EXPECT+1; it writes KEYS[N-EXPECT+3] and reads the key before
@@ -61,7 +63,7 @@ local MAX_KEY_LEN = 256
 local MAX_TOTAL = '9223372036854775807'
 -- Lua's numbers hold every integer below 2^53 exactly.
 local EXACT = 9007199254740992
-local FOLD_BUDGET = 10000
+local FOLD_BUDGET = 6000
 
 if #KEYS ~= 5 then
   return redis.error_reply('ERR comcount: expected 5 keys, got ' .. #KEYS ..
@@ -138,8 +140,13 @@ end
 
 -- The packed array in s, or nil when s is not exactly one MessagePack array.
 local function unpacked(s)
+  -- An array's header, not a map's: Lua reads a map keyed 1, 2, ... as an array.
+  local first = type(s) == 'string' and string.byte(s, 1)
+  if not first or not (first >= 0x90 and first <= 0x9f or first == 0xdc or first == 0xdd) then
+    return nil
+  end
   local ok, rest, array = pcall(cmsgpack.unpack_one, s)
-  if ok and rest == -1 and type(array) == 'table' then
+  if ok and rest == -1 then
     return array
   end
   return nil
@@ -257,13 +264,15 @@ local function summed(key, totals, done)
     end
     return #entries / 2
   end
-  -- The names summed into totals so far, then those summed now.
-  local names, seen = {}, {}
+  -- The names summed into totals so far, then those summed now. The totals resumed from count
+  -- against the budget, as the fields summed now do; each run sums one field at least.
+  local names, seen, budget = {}, {}, FOLD_BUDGET
   if totals then
-    local failed = fold('', totals)
-    if type(failed) == 'table' then
-      return nil, failed
+    local resumed = fold('', totals)
+    if type(resumed) == 'table' then
+      return nil, resumed
     end
+    budget = budget - resumed
     names = unpacked(done)
     if not names then
       return nil, redis.error_reply('ERR comcount: field "+" of ' .. key .. ' is not a ' ..
@@ -284,9 +293,9 @@ local function summed(key, totals, done)
   if not totals and #pending == 1 then
     return redis.call('HGET', key, pending[1]), ''
   end
-  local budget, left = FOLD_BUDGET, false
+  local left = false
   for i = 1, #pending do
-    if budget <= 0 then
+    if budget <= 0 and i > 1 then
       left = true
       break
     end

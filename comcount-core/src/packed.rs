@@ -2,8 +2,9 @@
 //! and amount pairs. A key is a string; an amount an unsigned integer below 2^53 (which the
 //! script's Lua numbers hold exactly), or a string of digits for a larger one.
 //!
-//! Only the forms the script and this module write are read: arrays, strings, and
-//! non-negative integers.
+//! What the script accepts is read: an array; keys as strings (or binaries); amounts as
+//! non-negative integers in any of MessagePack's integer or float forms (a float only when it
+//! holds an integer below 2^53, as the script requires), or as digits.
 
 use std::fmt;
 
@@ -89,8 +90,9 @@ impl fmt::Display for Unreadable {
     }
 }
 
-/// The key and amount pairs packed in `bytes`, in order (a key may come more than once).
-pub(crate) fn unpack(bytes: &[u8]) -> Result<Vec<(&str, u64)>, Unreadable> {
+/// The key and amount pairs packed in `bytes`, in order (a key may come more than once). A key
+/// is returned as its bytes: the script does not check that it is UTF-8.
+pub(crate) fn unpack(bytes: &[u8]) -> Result<Vec<(&[u8], u64)>, Unreadable> {
     let mut reader = Reader { bytes };
     let len = reader.array_header()?;
     if len % 2 != 0 {
@@ -101,8 +103,7 @@ pub(crate) fn unpack(bytes: &[u8]) -> Result<Vec<(&str, u64)>, Unreadable> {
     // Every pair takes two bytes at least, so a header cannot ask for more room than that.
     let mut pairs = Vec::with_capacity((len / 2).min(bytes.len() / 2));
     for _ in 0..len / 2 {
-        let key = std::str::from_utf8(reader.string()?)
-            .map_err(|_| Unreadable("a key that is not UTF-8"))?;
+        let key = reader.string()?;
         let amount = reader.amount()?;
         pairs.push((key, amount));
     }
@@ -147,13 +148,14 @@ impl<'a> Reader<'a> {
         usize::try_from(len).map_err(|_| Unreadable("an array too long"))
     }
 
-    /// A string's bytes, or `None` for a string header.
+    /// The length of a string (or binary) whose header starts with `first`, or `None` for
+    /// another header.
     fn string_len(&mut self, first: u8) -> Result<Option<usize>, Unreadable> {
         let len = match first {
             b @ 0xa0..=0xbf => u64::from(b & 0x1f),
-            0xd9 => self.be(1)?,
-            0xda => self.be(2)?,
-            0xdb => self.be(4)?,
+            0xd9 | 0xc4 => self.be(1)?,
+            0xda | 0xc5 => self.be(2)?,
+            0xdb | 0xc6 => self.be(4)?,
             _ => return Ok(None),
         };
         usize::try_from(len)
@@ -185,12 +187,35 @@ impl<'a> Reader<'a> {
                     "an amount string that is not digits up to i64::MAX",
                 ));
         }
+        let signed = |n: u64, bits: u32| -> Result<u64, Unreadable> {
+            // The sign bit of a `bits`-bit integer.
+            if n >> (bits - 1) == 1 {
+                Err(Unreadable("a negative amount"))
+            } else {
+                Ok(n)
+            }
+        };
+        let float = |f: f64| -> Result<u64, Unreadable> {
+            if (0.0..EXACT as f64).contains(&f) && f.fract() == 0.0 {
+                Ok(f as u64)
+            } else {
+                Err(Unreadable(
+                    "a float amount that is not an integer below 2^53",
+                ))
+            }
+        };
         let n = match first {
             b @ 0x00..=0x7f => u64::from(b),
             0xcc => self.be(1)?,
             0xcd => self.be(2)?,
             0xce => self.be(4)?,
             0xcf => self.be(8)?,
+            0xd0 => signed(self.be(1)?, 8)?,
+            0xd1 => signed(self.be(2)?, 16)?,
+            0xd2 => signed(self.be(4)?, 32)?,
+            0xd3 => signed(self.be(8)?, 64)?,
+            0xca => float(f64::from(f32::from_bits(self.be(4)? as u32)))?,
+            0xcb => float(f64::from_bits(self.be(8)?))?,
             _ => return Err(Unreadable("an amount that is not a non-negative integer")),
         };
         if n > i64::MAX as u64 {
@@ -227,10 +252,20 @@ mod tests {
             (&long, 2),
             ("a", 5),
         ];
-        assert_eq!(unpack(&packed(&entries)).unwrap(), entries);
+        let bytes = |pairs: &[(&str, u64)]| -> Vec<(Vec<u8>, u64)> {
+            pairs
+                .iter()
+                .map(|(k, a)| (k.as_bytes().to_vec(), *a))
+                .collect()
+        };
+        let read = |packed: &[u8]| -> Vec<(Vec<u8>, u64)> {
+            let pairs = unpack(packed).unwrap();
+            pairs.into_iter().map(|(k, a)| (k.to_vec(), a)).collect()
+        };
+        assert_eq!(read(&packed(&entries)), bytes(&entries));
         let many: Vec<(String, u64)> = (0..40_000).map(|i| (i.to_string(), i)).collect();
         let many: Vec<(&str, u64)> = many.iter().map(|(k, a)| (k.as_str(), *a)).collect();
-        assert_eq!(unpack(&packed(&many)).unwrap(), many);
+        assert_eq!(read(&packed(&many)), bytes(&many));
     }
 
     #[test]
@@ -247,7 +282,50 @@ mod tests {
         // As the script's Lua packs: uint64, str8 and array16.
         let mut lua = vec![0xdc, 0x00, 0x02, 0xd9, 0x01, b'x'];
         lua.extend([0xcf, 0, 0, 0, 0, 0, 0, 0x01, 0x00]);
-        assert_eq!(unpack(&lua).unwrap(), [("x", 256)]);
+        assert_eq!(unpack(&lua).unwrap(), [(&b"x"[..], 256)]);
+    }
+
+    #[test]
+    fn reads_every_form_the_script_accepts() {
+        let pairs = |items: &[&[u8]]| -> Vec<u8> {
+            let mut out = vec![0x90 | items.len() as u8];
+            for item in items {
+                out.extend_from_slice(item);
+            }
+            out
+        };
+        let five_f64 = [[0xcb].as_slice(), &5.0f64.to_be_bytes()].concat();
+        let five_f32 = [[0xca].as_slice(), &5.0f32.to_be_bytes()].concat();
+        let bytes = pairs(&[
+            &[0xc4, 1, b'a'],
+            &[0xd3, 0, 0, 0, 0, 0, 0, 0, 7],
+            &[0xa1, b'b'],
+            &five_f64,
+            &[0xa1, b'c'],
+            &five_f32,
+            &[0xa2, 0xff, 0xfe],
+            &[0xd0, 0x7f],
+            &[0xa1, b'd'],
+            &[0xc4, 2, b'1', b'2'],
+        ]);
+        assert_eq!(
+            unpack(&bytes).unwrap(),
+            [
+                (&b"a"[..], 7),
+                (b"b", 5),
+                (b"c", 5),
+                (&[0xff, 0xfe], 0x7f),
+                (b"d", 12)
+            ]
+        );
+        let half = [[0xcb].as_slice(), &0.5f64.to_be_bytes()].concat();
+        let big = [[0xcb].as_slice(), &9007199254740992.0f64.to_be_bytes()].concat();
+        for amount in [&[0xd0, 0xff][..], &[0xff], &half, &big] {
+            assert!(
+                unpack(&pairs(&[&[0xa1, b'a'], amount])).is_err(),
+                "{amount:?}"
+            );
+        }
     }
 
     #[test]
@@ -259,10 +337,10 @@ mod tests {
             &[0x92, 0xa1, b'a'],
             &[0x92, 0x01, 0x01],
             &[0x92, 0xa1, b'a', 0xff],
-            &[0x92, 0xa1, b'a', 0xcb, 0, 0, 0, 0, 0, 0, 0, 0],
+            &[0x92, 0xa1, b'a', 0xcb, 0x3f, 0xe0, 0, 0, 0, 0, 0, 0],
             &[0x92, 0xa2, b'0', b'1', 0xa2, b'0', b'1'],
             &[0x92, 0xa1, b'a', 0x01, 0x01],
-            &[0x92, 0xa1, 0xff, 0x01],
+            &[0x92, 0xa1, b'a', 0xe0],
         ];
         for bytes in refused {
             assert!(unpack(bytes).is_err(), "{bytes:?}");

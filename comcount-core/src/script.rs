@@ -63,6 +63,7 @@ pub fn arguments(request: &FlushRequest) -> Vec<Cow<'_, [u8]>> {
 /// The key and amount pairs of one field of a family partition's interval hash, in the order
 /// they are packed: a participant's entries (the field named by its fence key), or the totals
 /// summed from them (the field `""`). A key may come more than once; its total is the sum.
+/// Every form of amount and key the flush script accepts is read.
 ///
 /// For reading a family's numbers straight from Redis (`HGETALL` of an interval key):
 ///
@@ -80,6 +81,17 @@ pub fn arguments(request: &FlushRequest) -> Vec<Cow<'_, [u8]>> {
 /// A [`StoreError`] of kind [`Malformed`](crate::StoreErrorKind::Malformed) when `bytes` are
 /// not such pairs.
 pub fn unpack(bytes: &[u8]) -> Result<Vec<(&str, u64)>, StoreError> {
+    unpack_bytes(bytes)?
+        .into_iter()
+        .map(|(key, total)| {
+            std::str::from_utf8(key)
+                .map(|key| (key, total))
+                .map_err(|_| malformed("packed entries: a key that is not UTF-8".into()))
+        })
+        .collect()
+}
+
+fn unpack_bytes(bytes: &[u8]) -> Result<Vec<(&[u8], u64)>, StoreError> {
     packed::unpack(bytes).map_err(|why| malformed(format!("packed entries: {why}")))
 }
 
@@ -163,8 +175,9 @@ fn per_entry(request: &FlushRequest, totals: &Field<'_>) -> Result<Vec<Option<u6
         Field::Bytes(bytes) => bytes,
         Field::Int(n) => return Err(malformed(format!("family totals {n}, not packed"))),
     };
-    let pairs = unpack(bytes)?;
-    let mut sums: HashMap<&str, u64> = HashMap::with_capacity(pairs.len());
+    // Keys are compared as bytes: one that is not UTF-8 is no entry's.
+    let pairs = unpack_bytes(bytes)?;
+    let mut sums: HashMap<&[u8], u64> = HashMap::with_capacity(pairs.len());
     for (key, total) in pairs {
         let sum = sums.entry(key).or_default();
         *sum = sum.saturating_add(total).min(MAX);
@@ -172,7 +185,7 @@ fn per_entry(request: &FlushRequest, totals: &Field<'_>) -> Result<Vec<Option<u6
     Ok(request
         .entries
         .iter()
-        .map(|entry| sums.get(&*entry.key).copied())
+        .map(|entry| sums.get(entry.key.as_bytes()).copied())
         .collect())
 }
 

@@ -182,13 +182,8 @@ const MUTANTS: &[Mutant] = &[
     ),
     m(
         "bytes after the array accepted",
-        "if ok and rest == -1 and type(array) == 'table' then",
-        "if ok and type(array) == 'table' then",
-    ),
-    m(
-        "a packed value that is not an array accepted",
-        "if ok and rest == -1 and type(array) == 'table' then",
-        "if ok and rest == -1 then",
+        "  if ok and rest == -1 then",
+        "  if ok then",
     ),
     m(
         "an odd count of items accepted",
@@ -469,12 +464,12 @@ const MUTANTS: &[Mutant] = &[
     ),
     m(
         "a resumed sum starts from nothing",
-        "local failed = fold('', totals)",
-        "local failed = 0",
+        "local resumed = fold('', totals)",
+        "local resumed = 0",
     ),
     m(
         "a broken sum resumed",
-        "    if type(failed) == 'table' then",
+        "    if type(resumed) == 'table' then",
         "    if false then",
     ),
     m(
@@ -517,21 +512,45 @@ const MUTANTS: &[Mutant] = &[
         "return redis.call('HGET', key, pending[1]), ''",
         "return redis.call('HGET', key, pending[1]), false",
     ),
-    m("no budget", "    if budget <= 0 then", "    if false then"),
+    m(
+        "a map read as an array",
+        "  if not first or not (first >= 0x90 and first <= 0x9f or first == 0xdc or first == 0xdd) then",
+        "  if not first then",
+    ),
+    m(
+        "an array of 16 or more read as a map",
+        "or first == 0xdc or first == 0xdd) then",
+        "or first == 0xdd) then",
+    ),
+    m(
+        "no budget",
+        "    if budget <= 0 and i > 1 then",
+        "    if false then",
+    ),
     m(
         "the budget overspent by a field",
+        "    if budget <= 0 and i > 1 then",
+        "    if budget < 0 and i > 1 then",
+    ),
+    m(
+        "no field summed once the budget is spent",
+        "    if budget <= 0 and i > 1 then",
         "    if budget <= 0 then",
-        "    if budget < 0 then",
     ),
     m(
-        "a budget of 10001",
-        "local FOLD_BUDGET = 10000",
-        "local FOLD_BUDGET = 10001",
+        "the resumed totals not counted against the budget",
+        "    budget = budget - resumed\n",
+        "",
     ),
     m(
-        "a budget of 9999",
-        "local FOLD_BUDGET = 10000",
-        "local FOLD_BUDGET = 9999",
+        "a budget of 6001",
+        "local FOLD_BUDGET = 6000",
+        "local FOLD_BUDGET = 6001",
+    ),
+    m(
+        "a budget of 5999",
+        "local FOLD_BUDGET = 6000",
+        "local FOLD_BUDGET = 5999",
     ),
     m("the budget not spent", "    budget = budget - count\n", ""),
     m("a sum cut short marked whole", "      left = true\n", ""),

@@ -898,23 +898,80 @@ async fn a_lone_participants_entries_are_its_intervals_totals() {
     .await;
 }
 
-/// Fields of more entries than one run sums (10,000) are summed over several flushes: each
+/// Fields of more entries than one run sums (6,000) are summed over several flushes: each
 /// one brings back what is summed so far, never more than was sent, until the totals are
 /// whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_interval_is_summed_over_several_runs_and_never_overstated() {
-    // The first run sums 10 fields of 1000 (its budget, to the entry), the second the last two.
+    // The first run sums 6 fields of 1000 (its budget, to the entry); the second resumes from
+    // the 1000 totals, which count against its budget, and sums 5; the third the last one.
     let seen = summed_over_three_runs(12, FlushRequest::MAX_ENTRIES).await;
-    assert_eq!(seen, [(10, false), (12, true), (12, true)]);
+    assert_eq!(seen, [(6, false), (11, false), (12, true)]);
 }
 
-/// A run sums fields until it has summed 10,000 entries or more: of 13 fields of 909 entries,
-/// the first run sums 12 (after 11 it is one entry short), the second the one left, added to
-/// what the first summed.
+/// A run sums fields until it has summed 6,000 entries or more: of 13 fields of 909 entries,
+/// the first run sums 7 (after 6 it is 546 entries short); the second resumes from the 909
+/// totals and sums the 6 left (after 5 it is 546 short again), added to what the first summed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_sums_fields_until_its_budget_is_spent_and_the_next_adds_the_rest() {
     let seen = summed_over_three_runs(13, 909).await;
-    assert_eq!(seen, [(12, false), (13, true), (13, true)]);
+    assert_eq!(seen, [(7, false), (13, true), (13, true)]);
+}
+
+/// A run spends its budget to the entry: of 8 fields of 857 entries, 7 are 5,999 entries, one
+/// short of the budget, so the first run sums all 8.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_short_of_its_budget_by_one_entry_sums_another_field() {
+    let seen = summed_over_three_runs(8, 857).await;
+    assert_eq!(seen, [(8, true), (8, true), (8, true)]);
+}
+
+/// A run resuming from totals that already spend its budget still sums a field, so that the
+/// sums always get on: seven participants with 1000 keys each of their own, the first run sums
+/// six, and the second, resuming from 6,000 totals, the last one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_resuming_from_a_spent_budget_still_sums_a_field() {
+    let (store, _) = eval_store().await;
+    let store = &store;
+    let interval = settings::interval().max(Duration::from_secs(2));
+    for _ in 0..5 {
+        let family = FamilyRequests::fresh(interval, 1);
+        let Ok(n) = aim(store, &Requests::fresh(interval), 0).await else {
+            continue;
+        };
+        let mut slipped = false;
+        for p in 0..7 {
+            let names: Vec<String> = (0..FlushRequest::MAX_ENTRIES)
+                .map(|i| format!("p{p}-k{i}"))
+                .collect();
+            let entries: Vec<(&str, u64)> = names.iter().map(|k| (k.as_str(), 1)).collect();
+            let request = family.flush(0, ParticipantId::random(), 1, &entries, n);
+            slipped |= expect(&flush(store, &request).await, Outcome::Applied, n).is_err();
+        }
+        let Ok(m) = aim(store, &Requests::fresh(interval), n + 1).await else {
+            continue;
+        };
+        if slipped || m != n + 1 {
+            continue;
+        }
+        let space = family.space(0);
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let request = family.flush(0, ParticipantId::random(), 1, &[("p0-k0", 0)], m);
+            if expect(&flush(store, &request).await, Outcome::Applied, m).is_err() {
+                break;
+            }
+            let hash = hash_fields(&space.interval(n)).await;
+            let (summed, whole) = inspect::summed_totals(&hash).expect("summed");
+            seen.push((summed.len(), whole));
+        }
+        if seen.len() < 2 {
+            continue;
+        }
+        assert_eq!(seen, [(6000, false), (7000, true)]);
+        return;
+    }
+    panic!("every attempt slipped over an interval boundary");
 }
 
 /// Sends `fields` participants' flushes of `entries` keys (each amount 1) into one interval,
@@ -1217,6 +1274,12 @@ async fn each_bad_family_argument_is_an_err_reply_and_writes_nothing() {
         (
             "a map, not an array",
             with(&[(5, vec![0x81, 0xa1, b'a', 0x01])]),
+            "ARGV[6] (entries)",
+        ),
+        (
+            // Lua reads it as the array "a", 5.
+            "a map keyed 1 and 2",
+            with(&[(5, vec![0x82, 0x01, 0xa1, b'a', 0x02, 0x05])]),
             "ARGV[6] (entries)",
         ),
         (
