@@ -109,9 +109,9 @@ async fn main() {
     println!("### Sums: the first flush of an interval, a batch of {SUM_BATCH}");
     println!();
     println!(
-        "| participants × entries before | run time, least | median | CPU per call | CPU per amount summed | all in, CPU per key sent | / counter flush |"
+        "| participants × entries before | fields summed in the run | run time, least | median | CPU per call | CPU per amount summed | all in, CPU per key sent | / counter flush |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let write_of = |size: usize| {
         writes
             .iter()
@@ -121,14 +121,15 @@ async fn main() {
     };
     for (participants, entries, own_keys) in SUMS {
         let row = bench.sum(participants, entries, own_keys, rounds).await;
-        let summed = (participants * entries) as f64;
+        let fields = fields_summed(participants, entries);
+        let summed = (fields * entries) as f64;
         let extra = (row.cpu - write_of(SUM_BATCH)).max(0.0);
-        // Each of the participants sends a batch of `entries` an interval, and one flush an
-        // interval sums them all.
-        let all_in = (participants as f64 * write_of(entries) + extra) / summed;
+        // Each key sent is written once, with its participant's batch, and summed once, by
+        // this run or a later one at the same cost an amount.
+        let all_in = write_of(entries) / entries as f64 + extra / summed;
         let keys = if own_keys { ", keys of its own" } else { "" };
         println!(
-            "| {participants} × {entries}{keys} | {:.0} µs | {:.0} µs | {:.0} µs | {:.3} µs | {:.2} µs | {:.3} |",
+            "| {participants} × {entries}{keys} | {fields} | {:.0} µs | {:.0} µs | {:.0} µs | {:.3} µs | {:.2} µs | {:.3} |",
             row.least,
             row.median,
             row.cpu,
@@ -138,6 +139,21 @@ async fn main() {
         );
     }
     drop(server);
+}
+
+/// How many of `participants` fields of `entries` the first run sums: whole fields, one at
+/// least, until it has summed the script's budget of entries (`FOLD_BUDGET`).
+fn fields_summed(participants: usize, entries: usize) -> usize {
+    let budget: usize = script::SOURCE
+        .lines()
+        .find_map(|line| line.strip_prefix("local FOLD_BUDGET = "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("the script sets FOLD_BUDGET");
+    let mut fields = 1;
+    while fields < participants && fields * entries < budget {
+        fields += 1;
+    }
+    fields
 }
 
 /// The batch of the first flush of an interval, in the sums.
