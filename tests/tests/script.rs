@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use comcount_core::diagnostics::{Recorder, Reporter};
 use comcount_core::script::{self, Field};
 use comcount_core::{
-    FlushReply, FlushRequest, Outcome, ParticipantId, Store, StoreError, StoreErrorKind,
+    FlushReply, FlushRequest, KeySpace, Outcome, ParticipantId, Store, StoreError, StoreErrorKind,
 };
 use comcount_fred::FredStore;
 use comcount_redis_rs::RedisStore;
@@ -1097,44 +1097,63 @@ async fn a_keys_total_past_the_largest_stops_there_and_is_summed_exactly_below()
     .await;
 }
 
+/// Applies a flush in a fresh interval `n`, writes what `garbage` makes of the family's keys
+/// and `n` as another program would, then checks that a flush in interval `n + 1` is refused,
+/// saying `says`, and leaves every key as it was.
+async fn refused_after<G>(
+    store: &Eval,
+    inspector: &RedisInspector<MultiplexedConnection>,
+    garbage: G,
+    says: &str,
+) where
+    G: Fn(&KeySpace, u64) -> redis::Cmd,
+{
+    let garbage = &garbage;
+    in_a_family_interval(store, |family, n| async move {
+        let space = family.space(0);
+        let one = ParticipantId::random();
+        let first = family.flush(0, one, 1, &[("ok", 1)], n);
+        expect(&flush(store, &first).await, Outcome::Applied, n)?;
+        let mut connection = connect::multiplexed(&shared::standalone_url()).await;
+        let _: () = garbage(&space, n)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
+        if m != n + 1 {
+            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
+        }
+        let before = inspector.snapshot(space.base()).await;
+        let dumped = dump(inspector, space.base()).await;
+        let request = family.flush(0, one, 2, &[("ok", 1)], m);
+        match store.flush(&request, &reporter()).await {
+            Err(error) => assert!(error.to_string().contains(says), "{error}"),
+            Ok(reply) => {
+                expect(&reply, Outcome::Applied, m)?;
+                panic!("a flush expected to say {says:?} was applied: {reply:?}");
+            }
+        }
+        assert_untouched(inspector, space.base(), &before, &dumped, says).await;
+        Ok(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_field_that_holds_no_entries_refuses_the_flush_and_writes_nothing() {
     let (store, inspector) = eval_store().await;
-    let (store, inspector) = (&store, &inspector);
+    // A participant's field that holds no entries.
     let odd = pack::array(&[pack::string(b"a")]);
     let garbage: [&[u8]; 4] = [b"abc", b"", b"5", &odd];
     for garbage in garbage {
-        in_a_family_interval(store, |family, n| async move {
-            let space = family.space(0);
-            let one = ParticipantId::random();
-            let first = family.flush(0, one, 1, &[("ok", 1)], n);
-            expect(&flush(store, &first).await, Outcome::Applied, n)?;
-            let mut connection = connect::multiplexed(&shared::standalone_url()).await;
-            let _: () = redis::cmd("HSET")
-                .arg(space.interval(n))
+        let field = |space: &KeySpace, n: u64| {
+            let mut hset = redis::cmd("HSET");
+            hset.arg(space.interval(n))
                 .arg(space.fence(ParticipantId::random()))
-                .arg(garbage)
-                .query_async(&mut connection)
-                .await
-                .unwrap();
-            let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
-            if m != n + 1 {
-                return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
-            }
-            let before = inspector.snapshot(space.base()).await;
-            let dumped = dump(inspector, space.base()).await;
-            let request = family.flush(0, one, 2, &[("ok", 1)], m);
-            match store.flush(&request, &reporter()).await {
-                Err(error) => assert!(error.to_string().contains("holds no entries"), "{error}"),
-                Ok(reply) => {
-                    expect(&reply, Outcome::Applied, m)?;
-                    panic!("a flush after {garbage:?} was applied: {reply:?}");
-                }
-            }
-            assert_untouched(inspector, space.base(), &before, &dumped, "garbage").await;
-            Ok(())
-        })
-        .await;
+                .arg(garbage);
+            hset
+        };
+        refused_after(&store, &inspector, field, "holds no entries").await;
     }
     // A run cut short leaves its sums in "" and the fields it summed in "+", and the next run
     // starts from them: either one garbled refuses the flush.
@@ -1145,74 +1164,28 @@ async fn a_field_that_holds_no_entries_refuses_the_flush_and_writes_nothing() {
         (&totals, b"abc", "is not a list of fields"),
     ];
     for (summed, progress, says) in resumed {
-        in_a_family_interval(store, |family, n| async move {
-            let space = family.space(0);
-            let one = ParticipantId::random();
-            let first = family.flush(0, one, 1, &[("ok", 1)], n);
-            expect(&flush(store, &first).await, Outcome::Applied, n)?;
-            let mut connection = connect::multiplexed(&shared::standalone_url()).await;
-            let _: () = redis::cmd("HSET")
-                .arg(space.interval(n))
+        let sums = |space: &KeySpace, n: u64| {
+            let mut hset = redis::cmd("HSET");
+            hset.arg(space.interval(n))
                 .arg("")
                 .arg(summed)
                 .arg("+")
-                .arg(progress)
-                .query_async(&mut connection)
-                .await
-                .unwrap();
-            let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
-            if m != n + 1 {
-                return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
-            }
-            let before = inspector.snapshot(space.base()).await;
-            let dumped = dump(inspector, space.base()).await;
-            let request = family.flush(0, one, 2, &[("ok", 1)], m);
-            match store.flush(&request, &reporter()).await {
-                Err(error) => assert!(error.to_string().contains(says), "{error}"),
-                Ok(reply) => {
-                    expect(&reply, Outcome::Applied, m)?;
-                    panic!("a flush after {summed:?} and {progress:?} was applied: {reply:?}");
-                }
-            }
-            assert_untouched(inspector, space.base(), &before, &dumped, says).await;
-            Ok(())
-        })
-        .await;
+                .arg(progress);
+            hset
+        };
+        refused_after(&store, &inspector, sums, says).await;
     }
     // An interval key that is not a hash, while the interval before has a field to sum: the
     // flush is refused, and the sums are not written either.
-    in_a_family_interval(store, |family, n| async move {
-        let space = family.space(0);
-        let one = ParticipantId::random();
-        let first = family.flush(0, one, 1, &[("a", 1)], n);
-        expect(&flush(store, &first).await, Outcome::Applied, n)?;
-        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
-        if m != n + 1 {
-            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
-        }
-        let mut connection = connect::multiplexed(&shared::standalone_url()).await;
-        let _: () = redis::cmd("SET")
-            .arg(space.interval(m))
+    let string = |space: &KeySpace, n: u64| {
+        let mut set = redis::cmd("SET");
+        set.arg(space.interval(n + 1))
             .arg("5")
             .arg("PX")
-            .arg(60_000)
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        let before = inspector.snapshot(space.base()).await;
-        let dumped = dump(inspector, space.base()).await;
-        let request = family.flush(0, one, 2, &[("a", 1)], m);
-        match store.flush(&request, &reporter()).await {
-            Err(error) => assert!(error.to_string().contains("is not a hash"), "{error}"),
-            Ok(reply) => {
-                expect(&reply, Outcome::Applied, m)?;
-                panic!("a flush into a string was applied: {reply:?}");
-            }
-        }
-        assert_untouched(inspector, space.base(), &before, &dumped, "a string").await;
-        Ok(())
-    })
-    .await;
+            .arg(60_000);
+        set
+    };
+    refused_after(&store, &inspector, string, "is not a hash").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
