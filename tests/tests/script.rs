@@ -590,6 +590,15 @@ fn hash(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Waits for interval `n + 1` of the server's clock; `Slipped` if it is already past it.
+async fn the_next_interval(store: &Eval, n: u64) -> Result<u64, Slipped> {
+    let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
+    if m != n + 1 {
+        return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
+    }
+    Ok(m)
+}
+
 /// Runs `steps` on a fresh one-partition family in a fresh interval `n`, starting over when a
 /// step slips over an interval boundary.
 async fn in_a_family_interval<F, Fut>(store: &Eval, steps: F)
@@ -640,10 +649,7 @@ async fn a_batch_adds_each_amount_to_its_field_and_brings_back_each_total() {
         assert_eq!(fence.value, format!("1:{n}"));
 
         // Interval n+1: each entry brings back its key's total of n, in the entries' order.
-        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
-        if m != n + 1 {
-            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
-        }
+        let m = the_next_interval(store, n).await?;
         let third = family.flush(0, one, 2, &[("d", 1), ("z", 1), ("b", 0), ("a", 5)], n);
         let reply = flush(store, &third).await;
         expect(&reply, Outcome::Applied, m)?;
@@ -682,10 +688,7 @@ async fn duplicate_stale_and_fenced_on_a_partition_fence() {
 
         // Interval n+1: a later flush is applied; the first one again is stale, a copy of the
         // later one a duplicate, each with interval n's totals.
-        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
-        if m != n + 1 {
-            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
-        }
+        let m = the_next_interval(store, n).await?;
         let later = family.flush(0, one, 3, &[("b", 1), ("c", 1)], m);
         expect(&flush(store, &later).await, Outcome::Applied, m)?;
         let before = inspector.snapshot(&base).await;
@@ -782,10 +785,7 @@ async fn an_ended_interval_is_summed_once_from_each_participants_entries() {
         expected.sort();
         assert_eq!(fields, expected);
 
-        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
-        if m != n + 1 {
-            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
-        }
+        let m = the_next_interval(store, n).await?;
         // The first flush applied in interval m sums interval n; a fenced one after it brings
         // back the same totals and writes nothing.
         let first = family.flush(0, three, 1, &[("z", 1)], m);
@@ -834,10 +834,7 @@ async fn only_an_applied_flush_writes_the_sums_of_the_interval_before() {
         expect(&flush(store, &sent).await, Outcome::Applied, n)?;
         let other = family.flush(0, two, 1, &[("b", 4)], n);
         expect(&flush(store, &other).await, Outcome::Applied, n)?;
-        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
-        if m != n + 1 {
-            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
-        }
+        let m = the_next_interval(store, n).await?;
         let before = inspector.snapshot(space.base()).await;
         let dumped = dump(inspector, space.base()).await;
         let wrong = flush(store, &sent.clone().with_expect(m + 2)).await;
@@ -881,10 +878,7 @@ async fn a_lone_participants_entries_are_its_intervals_totals() {
         let one = ParticipantId::random();
         let first = family.flush(0, one, 1, &[("a", 2), ("b", 3), ("a", 1)], n);
         expect(&flush(store, &first).await, Outcome::Applied, n)?;
-        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
-        if m != n + 1 {
-            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
-        }
+        let m = the_next_interval(store, n).await?;
         let second = family.flush(0, one, 2, &[("b", 1), ("a", 1)], m);
         let reply = flush(store, &second).await;
         expect(&reply, Outcome::Applied, m)?;
@@ -1062,10 +1056,7 @@ async fn a_keys_total_past_the_largest_stops_there_and_is_summed_exactly_below()
             let request = family.flush(0, ParticipantId::random(), 1, entries, n);
             expect(&flush(store, &request).await, Outcome::Applied, n)?;
         }
-        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
-        if m != n + 1 {
-            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
-        }
+        let m = the_next_interval(store, n).await?;
         let keys = ["a", "b", "big", "c9", "mid", "edge", "small", "odd"];
         let reader: Vec<(&str, u64)> = keys.iter().map(|k| (*k, 0)).collect();
         let reply = flush(
@@ -1119,10 +1110,7 @@ async fn refused_after<G>(
             .query_async(&mut connection)
             .await
             .unwrap();
-        let m = aim(store, &Requests::fresh(settings::interval()), n + 1).await?;
-        if m != n + 1 {
-            return Err(Slipped(format!("aimed at {}, got {m}", n + 1)));
-        }
+        let m = the_next_interval(store, n).await?;
         let before = inspector.snapshot(space.base()).await;
         let dumped = dump(inspector, space.base()).await;
         let request = family.flush(0, one, 2, &[("ok", 1)], m);
