@@ -22,7 +22,8 @@
 //! `--tenants` of the second part (20000), `--seconds` measured per part (10), and
 //! `--redis-first`, which lowers the priority of this process's threads (nice 10) once Redis
 //! has started, so that on cores shared with the client Redis runs whenever it has work, as
-//! on cores of its own. A run at the defaults takes about a minute.
+//! on cores of its own, and `--cores-apart`, which gives Redis a CPU of its own (the last)
+//! and this process the others, with `taskset`. A run at the defaults takes about a minute.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 use comcount_core::Family;
 use comcount_core::clock::TokioTimer;
 use comcount_redis_rs::RedisStore;
-use comcount_tests::bench::{Quiet, evalsha_calls, redis_cpu, until_idle};
+use comcount_tests::bench::{Quiet, evalsha_calls, info, redis_cpu, until_idle};
 use comcount_tests::connect::manager_with;
 use comcount_tests::server::RedisServer;
 use redis::aio::ConnectionManager;
@@ -50,6 +51,7 @@ struct Settings {
     tenants: usize,
     window: Duration,
     redis_first: bool,
+    cores_apart: bool,
 }
 
 impl Settings {
@@ -61,11 +63,16 @@ impl Settings {
             tenants: 20_000,
             window: Duration::from_secs(10),
             redis_first: false,
+            cores_apart: false,
         };
         let mut args: Vec<String> = std::env::args().skip(1).collect();
         if let Some(at) = args.iter().position(|arg| arg == "--redis-first") {
             args.remove(at);
             settings.redis_first = true;
+        }
+        if let Some(at) = args.iter().position(|arg| arg == "--cores-apart") {
+            args.remove(at);
+            settings.cores_apart = true;
         }
         for pair in args.chunks(2) {
             let value = pair.get(1).map(String::as_str).unwrap_or_default();
@@ -127,6 +134,29 @@ fn yield_to_redis() {
             .expect("renice runs");
         assert!(status.success(), "renice of thread {id:?}: {status}");
     }
+}
+
+/// Gives Redis a core of its own, as a server has in production: the server's threads on the
+/// last CPU, this process's on the others (`taskset`).
+async fn cores_apart(stats: &mut ConnectionManager) -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    assert!(
+        cpus >= 2,
+        "--cores-apart needs two CPUs or more, this machine has {cpus}"
+    );
+    let redis = info(stats, "server").await;
+    let pid = redis.get("process_id").expect("INFO server has process_id");
+    let pin = |cpus: String, pid: &str| {
+        let status = std::process::Command::new("taskset")
+            .args(["-a", "-p", "-c", &cpus, pid])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("taskset runs");
+        assert!(status.success(), "taskset -c {cpus} of {pid}: {status}");
+    };
+    pin((cpus - 1).to_string(), pid);
+    pin(format!("0-{}", cpus - 2), &std::process::id().to_string());
+    cpus - 1
 }
 
 /// The script runs (`EVALSHA`) in the slow log, in microseconds, shortest first.
@@ -319,6 +349,10 @@ async fn main() {
     if settings.redis_first {
         yield_to_redis();
         println!("Redis first: this process's threads at nice 10");
+    }
+    if settings.cores_apart {
+        let core = cores_apart(&mut stats).await;
+        println!("Cores apart: Redis on CPU {core} alone, this process on the others");
     }
 
     println!();
