@@ -35,6 +35,11 @@ pub(crate) struct Slot {
 /// one line.
 const APART: usize = 64;
 
+const _: () = assert!(
+    std::mem::offset_of!(Slot, total) - std::mem::offset_of!(Slot, buffer) >= APART,
+    "the total must sit a cache line from the buffer"
+);
+
 /// The refresh time of a key whose total was never known.
 const NEVER: u64 = u64::MAX;
 
