@@ -8,7 +8,9 @@
 //!    reports the share of keys whose group total is known (sampled at every participant),
 //!    Redis's CPU (`INFO cpu`, in cores), the slowest script run (`SLOWLOG`), flushes per
 //!    second, and the client's heap per key (a counting allocator): once the keys are added,
-//!    and the most it was while the fleet counted and flushed, sampled every interval.
+//!    and the most it was while the fleet counted and flushed, sampled every interval. After
+//!    the table, each CPU's steal time over each window (`/proc/stat`): on a virtual machine,
+//!    time the hypervisor took from it, which the slow log counts into any run it fell in.
 //! 2. **Many tenants.** One participant with a family of 20,000 keys at 100 ms intervals on one
 //!    connection, every key incremented every 50 ms: the share of keys whose total is known,
 //!    and Redis's CPU.
@@ -32,7 +34,7 @@ use std::time::{Duration, Instant};
 use comcount_core::Family;
 use comcount_core::clock::TokioTimer;
 use comcount_redis_rs::RedisStore;
-use comcount_tests::bench::{Quiet, evalsha_calls, info, redis_cpu, until_idle};
+use comcount_tests::bench::{Quiet, evalsha_calls, info, redis_cpu, steal_ms, until_idle};
 use comcount_tests::connect::manager_with;
 use comcount_tests::server::RedisServer;
 use redis::aio::ConnectionManager;
@@ -203,6 +205,8 @@ struct FleetRow {
     bytes_per_key: f64,
     /// The most it was, sampled every interval, while the fleet counts and flushes.
     running_bytes_per_key: f64,
+    /// Each CPU's steal time over the window, in milliseconds: time the hypervisor took it.
+    steal_ms: Vec<(String, u64)>,
 }
 
 /// One fleet to run: `participants` families of `keys` keys each at `interval`, every key
@@ -275,6 +279,7 @@ async fn fleet(url: &str, stats: &mut ConnectionManager, run: Fleet) -> FleetRow
     watch_slow_runs(stats).await;
     let calls = evalsha_calls(stats).await;
     let cpu = redis_cpu(stats).await;
+    let steal_before = steal_ms();
     let started = Instant::now();
     let mut known = (0u64, 0u64);
     let mut running_bytes = 0f64;
@@ -292,6 +297,11 @@ async fn fleet(url: &str, stats: &mut ConnectionManager, run: Fleet) -> FleetRow
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let steal = steal_ms()
+        .into_iter()
+        .zip(steal_before)
+        .map(|((cpu, after), (_, before))| (cpu, after.saturating_sub(before)))
+        .collect();
     let cores = (redis_cpu(stats).await - cpu) / elapsed;
     let calls_after = evalsha_calls(stats).await;
     let runs = script_runs(stats).await;
@@ -319,6 +329,7 @@ async fn fleet(url: &str, stats: &mut ConnectionManager, run: Fleet) -> FleetRow
         p999_us,
         bytes_per_key,
         running_bytes_per_key: running_bytes / (participants * keys) as f64,
+        steal_ms: steal,
     }
 }
 
@@ -386,4 +397,17 @@ async fn main() {
     };
     let tenants = fleet(&url, &mut stats, tenants).await;
     print_fleet(&tenants, 1, tenants_interval);
+    println!();
+    for row in [&scale, &tenants] {
+        let steal: Vec<String> = row
+            .steal_ms
+            .iter()
+            .map(|(cpu, ms)| format!("{cpu} {ms} ms"))
+            .collect();
+        println!(
+            "Steal over the {} window, time the hypervisor took each CPU: {}",
+            row.label,
+            steal.join(", ")
+        );
+    }
 }

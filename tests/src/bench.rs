@@ -94,3 +94,21 @@ pub struct Quiet;
 impl Diagnostics for Quiet {
     fn record(&self, _name: &str, _event: &Event<'_>) {}
 }
+
+/// Each CPU's steal time so far, in milliseconds, from `/proc/stat` (empty where there is
+/// none, as off Linux).
+pub fn steal_ms() -> Vec<(String, u64)> {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return Vec::new();
+    };
+    // The eighth number of a `cpuN` line is steal, in clock ticks of 1/100 s.
+    stat.lines()
+        .filter(|line| line.starts_with("cpu") && !line.starts_with("cpu "))
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let cpu = fields.next()?.to_owned();
+            let ticks: u64 = fields.nth(7)?.parse().ok()?;
+            Some((cpu, ticks * 10))
+        })
+        .collect()
+}
