@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::store::FlushReply;
+use crate::store::{FlushReply, FlushRequest};
 
 /// How many recent round trips the aim takes the middle of.
 const RECENT: usize = 4;
@@ -95,6 +95,19 @@ impl Aim {
     /// wrong-interval reply and teaches the store's clock.
     pub(crate) fn expected_interval(&self, now: Duration) -> u64 {
         self.arrival(now).map_or(0, |at| self.interval_of(at))
+    }
+
+    /// How many intervals either side of the expected one a flush sent now may land in: 1,
+    /// and one more for each whole interval of the round trip planned with, up to
+    /// [`FlushRequest::MAX_REACH`]. A round trip of intervals is a queue, and a queue's length
+    /// changes by more than an interval from one flush to the next: aimed within one interval,
+    /// a copy that a queue held up more than the last one would come back a wrong interval and
+    /// go to the back of the queue again.
+    pub(crate) fn reach(&self) -> u64 {
+        self.anchor.map_or(1, |a| {
+            let intervals = a.round_trip.as_millis() as u64 / self.interval_ms.max(1);
+            intervals.saturating_add(1).min(FlushRequest::MAX_REACH)
+        })
     }
 
     /// How long to wait from `now` so that the next flush arrives at the aimed phase (the
@@ -200,6 +213,23 @@ mod tests {
         // Planned with 10 ms: a flush sent at once arrives at 3040 + 10, in interval 30.
         assert_eq!(aim.expected_interval(ms(3010)), 30);
         assert_eq!(aim.expected_interval(ms(3060)), 31);
+    }
+
+    #[test]
+    fn reaches_one_interval_further_for_each_whole_interval_of_round_trip() {
+        let ms = Duration::from_millis;
+        let reach = |round_trip: u64| {
+            let mut aim = Aim::new(100);
+            aim.observe(&reply(7, 40), ms(1000), ms(1000 + round_trip));
+            aim.reach()
+        };
+        assert_eq!(Aim::new(100).reach(), 1);
+        assert_eq!(reach(0), 1);
+        assert_eq!(reach(99), 1);
+        assert_eq!(reach(100), 2);
+        assert_eq!(reach(199), 2);
+        assert_eq!(reach(200), 3);
+        assert_eq!(reach(5_000), FlushRequest::MAX_REACH);
     }
 
     #[test]

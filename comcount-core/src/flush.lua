@@ -2,7 +2,9 @@
 -- participant's amounts to the totals of the interval the server's clock is in, at most once
 -- per participant and interval, and answers with the totals of the interval before.
 --
--- KEYS (all share one hash tag; interval numbers stop at 0, so names may repeat):
+-- KEYS (all share one hash tag; interval numbers stop at 0, so names may repeat): 2*R+3 of
+-- them for a reach R of 1 ..= MAX_REACH, the interval keys of EXPECT-R-1 up to EXPECT+R, then
+-- the participant's fence key. With R = 1, five:
 --   KEYS[1] the interval key of EXPECT-2   KEYS[2] of EXPECT-1   KEYS[3] of EXPECT
 --   KEYS[4] the interval key of EXPECT+1   KEYS[5] the participant's fence key
 -- ARGV (numbers are plain decimal integers: digits only, no sign, no leading zero):
@@ -31,9 +33,9 @@
 --        totals as it stands, and is copied.
 --
 -- The server's interval is N = floor(TIME in ms / I), its phase TIME - N*I. The flush may land
--- in the window EXPECT-1 <= N <= EXPECT+1; it writes KEYS[N-EXPECT+3] and reads the key before
--- it for the totals of N-1 (none when N is 0). The fence holds "SEQ:N" of the participant's last
--- applied flush.
+-- in the window EXPECT-R <= N <= EXPECT+R; it writes KEYS[N-EXPECT+R+2] and reads the key
+-- before it for the totals of N-1 (none when N is 0). The fence holds "SEQ:N" of the
+-- participant's last applied flush.
 --
 -- Outcomes, in the order they are checked:
 --   error  a key or argument count, an argument is not as above
@@ -64,9 +66,10 @@ local MAX_TOTAL = '9223372036854775807'
 -- Lua's numbers hold every integer below 2^53 exactly.
 local EXACT = 9007199254740992
 local FOLD_BUDGET = 6000
+local MAX_REACH = 3
 
-if #KEYS ~= 5 then
-  return redis.error_reply('ERR comcount: expected 5 keys, got ' .. #KEYS ..
+if #KEYS < 5 or #KEYS > 2 * MAX_REACH + 3 or #KEYS % 2 == 0 then
+  return redis.error_reply('ERR comcount: expected 5, 7 or 9 keys, got ' .. #KEYS ..
     '; send the keys of this version of the script')
 end
 if #ARGV < 6 then
@@ -213,10 +216,12 @@ local interval = tonumber(ARGV[2])
 local expect = tonumber(ARGV[3])
 local n = math.floor(now / interval)
 local phase = now - n * interval
-if n < expect - 1 or n > expect + 1 then
+local reach = (#KEYS - 3) / 2
+if n < expect - reach or n > expect + reach then
   return {4, n, phase, false}
 end
-local slot = n - expect + 3
+local slot = n - expect + reach + 2
+local fence_key = KEYS[#KEYS]
 
 -- Sums what is left of the fields of the ended interval at key, within the budget: returns
 -- the totals to write to '' and the names summed, or nil and an error reply. Nothing is
@@ -338,11 +343,11 @@ if n > 0 then
   end
 end
 
-local fence = redis.call('GET', KEYS[5])
+local fence = redis.call('GET', fence_key)
 if fence then
   local fenced_seq, fenced_n = string.match(fence, '^(%d+):(%d+)$')
   if not fenced_seq then
-    return redis.error_reply('ERR comcount: fence ' .. KEYS[5] .. ' is not a fence; is ' ..
+    return redis.error_reply('ERR comcount: fence ' .. fence_key .. ' is not a fence; is ' ..
       'another program writing under this prefix? Delete the key or change the prefix')
   end
   local seq = tonumber(ARGV[1])
@@ -368,10 +373,10 @@ if family then
   if progress then
     redis.call('HSET', KEYS[slot - 1], '', previous, '+', progress)
   end
-  redis.call('HSET', KEYS[slot], KEYS[5], ARGV[6])
+  redis.call('HSET', KEYS[slot], fence_key, ARGV[6])
 else
   redis.call('INCRBY', KEYS[slot], ARGV[7])
 end
 redis.call('PEXPIRE', KEYS[slot], 3 * interval)
-redis.call('SET', KEYS[5], ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])
+redis.call('SET', fence_key, ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])
 return {0, n, phase, n, previous}

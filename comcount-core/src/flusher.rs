@@ -315,10 +315,12 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     /// Sends a copy aimed at the interval the store will be in when it arrives, unless the
     /// counter is closed.
     fn send(&mut self, flight: &mut Flight, now: Duration) -> Sent {
-        let expect = self.aim.expected_interval(now);
-        if self.request.expect != expect {
+        let (expect, reach) = (self.aim.expected_interval(now), self.aim.reach());
+        if (self.request.expect, self.request.reach) != (expect, reach) {
             // Copied only when an earlier copy still holds the request.
-            Arc::make_mut(&mut self.request).expect = expect;
+            let request = Arc::make_mut(&mut self.request);
+            request.expect = expect;
+            request.reach = reach;
         }
         let Self {
             shared,

@@ -74,7 +74,7 @@ impl KeySpace {
 
     /// The key that holds the total (or a family partition's hash) of interval `n`: `base:n`.
     pub fn interval(&self, n: u64) -> String {
-        // Sized up front, as for the fence: every flush builds five keys.
+        // Sized up front, as for the fence: every flush builds five keys or more.
         let mut key = String::with_capacity(self.base.len() + 1 + 20);
         key.push_str(&self.base);
         let _ = write!(key, ":{n}");

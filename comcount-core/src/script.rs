@@ -1,11 +1,12 @@
 //! The flush protocol as a Redis Lua script, shared by every Redis store: its arguments, and
 //! the reading of its reply.
 //!
-//! The script takes the five keys of [`FlushRequest::keys`] and the arguments of
-//! [`arguments`], and answers with the outcome code, the server's interval number, its phase
-//! in milliseconds and the interval the flush is counted in (nil where there is none), then,
-//! unless the outcome is a wrong interval, the previous interval's totals: a counter's total,
-//! or a family partition's totals packed as [`unpack`] reads them (nil where there are none).
+//! The script takes the keys of [`FlushRequest::keys`] (five, or more for a further reach) and
+//! the arguments of [`arguments`], and answers with the outcome code, the server's interval
+//! number, its phase in milliseconds and the interval the flush is counted in (nil where there
+//! is none), then, unless the outcome is a wrong interval, the previous interval's totals: a
+//! counter's total, or a family partition's totals packed as [`unpack`] reads them (nil where
+//! there are none).
 //! A store turns the fields it got from its client into [`Field`]s and hands them to
 //! [`decode`]; it never builds arguments or reads replies itself.
 //!
@@ -408,6 +409,33 @@ mod tests {
             ["{c}:0", "{c}:0", "{c}:1", "{c}:2", fence]
         );
         assert_eq!(request(0).window(), 0..=1);
+    }
+
+    #[test]
+    fn a_further_reach_declares_two_more_keys_a_step_and_widens_the_window() {
+        let request = |reach| counter().with_expect(10).with_reach(reach);
+        let fence = "{c}:f:0000000000000001";
+        assert_eq!(
+            request(2).keys(),
+            [
+                "{c}:7", "{c}:8", "{c}:9", "{c}:10", "{c}:11", "{c}:12", fence
+            ]
+        );
+        assert_eq!(request(2).window(), 8..=12);
+        assert_eq!(request(3).keys().len(), 9);
+        assert_eq!(request(3).window(), 7..=13);
+        assert_eq!(counter().with_reach(3).keys()[..5], ["{c}:0"; 5]);
+        assert!(request(FlushRequest::MAX_REACH).check().is_ok());
+        for reach in [0, FlushRequest::MAX_REACH + 1] {
+            assert!(request(reach).check().is_err(), "reach {reach}");
+        }
+        // Past the furthest, the keys of one step more, which the script refuses, whatever
+        // the reach.
+        assert_eq!(request(u64::MAX).keys().len(), 11);
+        assert!(
+            SOURCE.contains(&format!("local MAX_REACH = {}", FlushRequest::MAX_REACH)),
+            "the script's furthest reach is FlushRequest::MAX_REACH"
+        );
     }
 
     #[test]

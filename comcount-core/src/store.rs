@@ -106,6 +106,10 @@ pub struct FlushRequest {
     pub interval_ms: u64,
     /// The interval number the participant expects the flush to land in.
     pub expect: u64,
+    /// How many intervals either side of `expect` a copy may still land in, from 1 to
+    /// [`MAX_REACH`](Self::MAX_REACH): the [`window`](Self::window). A participant whose round
+    /// trips are long, and so vary by more than an interval, reaches further.
+    pub reach: u64,
     /// How long the participant's fence key lives after each applied flush, in milliseconds.
     pub fence_ttl_ms: u64,
     /// What to add, key by key. A counter's flush has exactly one entry, with an empty key; a
@@ -133,10 +137,13 @@ impl FlushRequest {
     pub const MAX_ENTRIES: usize = 1000;
     /// The longest key of a family, in bytes.
     pub const MAX_KEY_LEN: usize = 256;
+    /// The furthest a flush may reach either side of the interval it expects: a flush declares
+    /// `2 * reach + 3` keys.
+    pub const MAX_REACH: u64 = 3;
 
     /// A flush to `space` by `participant` at intervals of `interval_ms`, with sequence number
-    /// 1, expecting interval 0, a fence life of ten minutes (or three intervals, if longer) and
-    /// no entries. A counter's flush adds its one entry with
+    /// 1, expecting interval 0 with a reach of 1, a fence life of ten minutes (or three
+    /// intervals, if longer) and no entries. A counter's flush adds its one entry with
     /// [`with_amount`](Self::with_amount), a family's its entries with
     /// [`with_entries`](Self::with_entries).
     pub fn new(space: KeySpace, participant: ParticipantId, interval_ms: u64) -> Self {
@@ -146,6 +153,7 @@ impl FlushRequest {
             seq: 1,
             interval_ms,
             expect: 0,
+            reach: 1,
             fence_ttl_ms: interval_ms.saturating_mul(3).max(600_000),
             entries: Vec::new(),
         }
@@ -160,6 +168,12 @@ impl FlushRequest {
     /// Expecting interval `expect`.
     pub fn with_expect(mut self, expect: u64) -> Self {
         self.expect = expect;
+        self
+    }
+
+    /// Landing anywhere from `reach` intervals before the expected one to `reach` after.
+    pub fn with_reach(mut self, reach: u64) -> Self {
+        self.reach = reach;
         self
     }
 
@@ -193,16 +207,16 @@ impl FlushRequest {
         self.space.interval(n)
     }
 
-    /// The key of the interval the flush expects to land in, `expect`: the third of
+    /// The key of the interval the flush expects to land in, `expect`: one of
     /// [`keys`](Self::keys).
     ///
     /// It is where the flush lands when the store's clock agrees with the participant's; a copy
-    /// may also land in the interval before or after it (see [`window`](Self::window)).
+    /// may also land in an interval before or after it (see [`window`](Self::window)).
     pub fn expected_key(&self) -> String {
         self.interval_key(self.expect)
     }
 
-    /// The key of the interval before the expected one, `expect - 1`: the second of
+    /// The key of the interval before the expected one, `expect - 1`: one of
     /// [`keys`](Self::keys), whose totals the reply carries when the flush lands in `expect`.
     ///
     /// For `expect == 0` there is no interval before; the key then names interval 0 again.
@@ -215,33 +229,36 @@ impl FlushRequest {
         self.space.fence(self.participant)
     }
 
-    /// The intervals a copy of this flush may land in: `expect - 1 ..= expect + 1` (from 0 when
-    /// `expect` is 0). In any other interval the store answers [`Outcome::WrongInterval`].
+    /// The intervals a copy of this flush may land in: `expect - reach ..= expect + reach`
+    /// (from 0 when that would be below). In any other interval the store answers
+    /// [`Outcome::WrongInterval`].
     pub fn window(&self) -> RangeInclusive<u64> {
-        self.expect.saturating_sub(1)..=self.expect.saturating_add(1)
+        self.expect.saturating_sub(self.reach)..=self.expect.saturating_add(self.reach)
     }
 
-    /// The five keys a flush may touch, in the order the flush script declares them: the keys
-    /// of intervals `expect - 2`, `expect - 1`, `expect` and `expect + 1`, then the fence key.
+    /// The keys a flush may touch, `2 * reach + 3` of them, in the order the flush script
+    /// declares them: the keys of intervals `expect - reach - 1` up to `expect + reach`, then
+    /// the fence key. With the reach of 1 they are five: intervals `expect - 2`, `expect - 1`,
+    /// `expect` and `expect + 1`, then the fence.
     ///
-    /// The interval numbers stop at 0, so for `expect` below 2 the first keys name interval 0
-    /// more than once. A flush landing in interval `n` of the [`window`](Self::window) writes
-    /// the key of `n` and reads the one before it for the previous interval's totals.
-    pub fn keys(&self) -> [String; 5] {
-        let at = |back: u64| self.interval_key(self.expect.saturating_sub(back));
-        [
-            at(2),
-            at(1),
-            at(0),
-            self.interval_key(self.expect.saturating_add(1)),
-            self.fence_key(),
-        ]
+    /// The interval numbers stop at 0, so for `expect` below `reach + 1` the first keys name
+    /// interval 0 more than once. A flush landing in interval `n` of the
+    /// [`window`](Self::window) writes the key of `n` and reads the one before it for the
+    /// previous interval's totals. A reach beyond [`MAX_REACH`](Self::MAX_REACH) lays out the
+    /// keys of one more than it, which the flush script refuses as it refuses the reach.
+    pub fn keys(&self) -> Vec<String> {
+        let reach = self.reach.min(Self::MAX_REACH + 1);
+        let mut keys: Vec<String> = (0..=2 * reach + 1)
+            .map(|i| self.interval_key(self.expect.saturating_add(i).saturating_sub(reach + 1)))
+            .collect();
+        keys.push(self.fence_key());
+        keys
     }
 
     /// Checks every field against the ranges the flush protocol accepts, which every store
     /// checks before its first write: `seq` in `1..=MAX_SEQ`, `interval_ms` in
-    /// `1..=MAX_INTERVAL_MS`, `expect` at most `MAX_EXPECT`, `fence_ttl_ms` in
-    /// `1..=MAX_FENCE_TTL_MS`, and the entries: for a counter exactly one, with an empty key;
+    /// `1..=MAX_INTERVAL_MS`, `expect` at most `MAX_EXPECT`, `reach` in `1..=MAX_REACH`,
+    /// `fence_ttl_ms` in `1..=MAX_FENCE_TTL_MS`, and the entries: for a counter exactly one, with an empty key;
     /// for a family from 1 to `MAX_ENTRIES`, keys of 1 to `MAX_KEY_LEN` bytes; every amount
     /// at most `MAX_AMOUNT`.
     ///
@@ -254,6 +271,7 @@ impl FlushRequest {
             ("seq", self.seq, 1, Self::MAX_SEQ),
             ("interval_ms", self.interval_ms, 1, Self::MAX_INTERVAL_MS),
             ("expect", self.expect, 0, Self::MAX_EXPECT),
+            ("reach", self.reach, 1, Self::MAX_REACH),
             ("fence_ttl_ms", self.fence_ttl_ms, 1, Self::MAX_FENCE_TTL_MS),
         ];
         for (name, value, min, max) in fields {

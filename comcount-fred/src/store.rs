@@ -168,7 +168,7 @@ mod tests {
         let (slot, arguments) = evalsha_arguments("sha", &request);
         let bytes = |value: &Value| value.as_bytes().expect("bytes").to_vec();
         let mut expected: Vec<Vec<u8>> = vec![b"sha".into(), b"5".into()];
-        expected.extend(request.keys().map(String::into_bytes));
+        expected.extend(request.keys().into_iter().map(String::into_bytes));
         expected.extend(script::arguments(&request).into_iter().map(Cow::into_owned));
         assert_eq!(arguments.iter().map(bytes).collect::<Vec<_>>(), expected);
         assert_eq!(arguments[2].as_str().as_deref(), Some("p:{f@2}:8"));

@@ -174,7 +174,7 @@ mod tests {
         .with_expect(10)
         .with_entries(vec![Entry::new("a", 1), Entry::new("b", 0)]);
         let mut expected: Vec<Vec<u8>> = vec![b"EVALSHA".into(), b"sha".into(), b"5".into()];
-        expected.extend(request.keys().map(String::into_bytes));
+        expected.extend(request.keys().into_iter().map(String::into_bytes));
         expected.extend(script::arguments(&request).into_iter().map(Cow::into_owned));
         assert_eq!(words(&evalsha("sha", &request)), expected);
         assert_eq!(expected[3], b"p:{f@2}:8");

@@ -426,11 +426,32 @@ async fn a_wrong_count_of_keys_or_arguments_is_refused_and_writes_nothing() {
     let keys = request.keys().to_vec();
     let args = arguments(&request);
     let more_keys = [keys.clone(), vec![keys[4].clone()]].concat();
+    // The keys of a reach past the furthest.
+    let too_far = request
+        .clone()
+        .with_reach(FlushRequest::MAX_REACH + 1)
+        .keys();
     let more_args = [args.clone(), vec![b"1".to_vec()]].concat();
     type Case<'a> = (&'a str, &'a [String], &'a [Vec<u8>], &'a str);
-    let cases: [Case<'_>; 7] = [
-        ("three keys", &keys[2..], &args, "expected 5 keys, got 3"),
-        ("six keys", &more_keys, &args, "expected 5 keys, got 6"),
+    let cases: [Case<'_>; 8] = [
+        (
+            "three keys",
+            &keys[2..],
+            &args,
+            "expected 5, 7 or 9 keys, got 3",
+        ),
+        (
+            "six keys",
+            &more_keys,
+            &args,
+            "expected 5, 7 or 9 keys, got 6",
+        ),
+        (
+            "eleven keys",
+            &too_far,
+            &args,
+            "expected 5, 7 or 9 keys, got 11",
+        ),
         (
             "half a pair",
             &keys,

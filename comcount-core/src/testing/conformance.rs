@@ -193,6 +193,11 @@ checks! {
     applies_a_flush_one_interval_either_side =>
         "a flush lands in the store's interval when it is within one of the expected one",
         either_side_steps, check_interval;
+    /// A flush that reaches further (its [`FlushRequest::reach`]) lands in the store's interval
+    /// from as many intervals before or after it, and is a wrong interval one further out.
+    applies_a_flush_within_its_reach =>
+        "a flush lands in the store's interval when it is within its reach of the expected one",
+        within_reach_steps, check_interval;
     /// Every reply but a wrong interval's carries the previous interval's total: the sum of
     /// every participant's flushes counted there, for an applied flush, a duplicate, a fenced
     /// and a stale one alike.
@@ -794,6 +799,50 @@ async fn either_side_steps<S: Store>(run: Run<'_, S>) -> Result<(), Slipped> {
     Ok(())
 }
 
+async fn within_reach_steps<S: Store>(run: Run<'_, S>) -> Result<(), Slipped> {
+    let (early, late, short) = (someone(), someone(), someone());
+    let far = FlushRequest::MAX_REACH;
+    let n = run.aim(far + 1).await?;
+    for (reach, off) in [(far, n + far + 1), (far, n - far - 1), (far - 1, n + far)] {
+        let reply = run
+            .flush(&run.single(short, 1, 1000, off).with_reach(reach))
+            .await;
+        run.expect(
+            &reply,
+            Outcome::WrongInterval,
+            n,
+            &format!("a flush reaching {reach} and expecting interval {off}"),
+        )?;
+    }
+    let reply = run
+        .flush(&run.single(early, 1, 10, n + far).with_reach(far))
+        .await;
+    run.expect(
+        &reply,
+        Outcome::Applied,
+        n,
+        &format!("a flush reaching {far} and expecting {far} intervals later"),
+    )?;
+    let reply = run
+        .flush(&run.single(late, 1, 100, n - far).with_reach(far))
+        .await;
+    run.expect(
+        &reply,
+        Outcome::Applied,
+        n,
+        &format!("a flush reaching {far} and expecting {far} intervals before"),
+    )?;
+    let m = run.next(n).await?;
+    let total = run.counter_total(m).await?;
+    if total != Some(110) {
+        run.fail(format_args!(
+            "flushes of 10 and 100 were applied in interval {n}, and wrong intervals of 1000 \
+             answered; it holds {total:?}"
+        ));
+    }
+    Ok(())
+}
+
 async fn returns_previous_totals_steps<S: Store>(run: Run<'_, S>) -> Result<(), Slipped> {
     let (one, two, three) = (someone(), someone(), someone());
     let n = run.aim(0).await?;
@@ -856,6 +905,11 @@ async fn refuses_bad_requests_steps<S: Store>(run: Run<'_, S>) -> Result<(), Sli
         (
             "a flush expecting interval 2^53",
             with(|r| r.expect = 1 << 53),
+        ),
+        ("a flush reaching 0 intervals", with(|r| r.reach = 0)),
+        (
+            "a flush reaching further than MAX_REACH",
+            with(|r| r.reach = FlushRequest::MAX_REACH + 1),
         ),
         (
             "a flush with a fence life of 0",
