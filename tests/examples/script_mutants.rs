@@ -33,15 +33,34 @@ const fn m(name: &'static str, from: &'static str, to: &'static str) -> Mutant {
 const FENCE_CHECK: &str =
     "  if seq == fenced_seq then\n    return {1, n, phase, fenced_n, previous}\n  end\n";
 const SET_FENCE: &str =
-    "redis.call('SET', KEYS[5], ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])\n";
+    "redis.call('SET', fence_key, ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])\n";
 const WRITE_SUMS: &str = "  if progress then\n    redis.call('HSET', KEYS[slot - 1], '', previous, '+', progress)\n  end\n";
-const READ_FENCE: &str = "\nlocal fence = redis.call('GET', KEYS[5])\n";
+const READ_FENCE: &str = "\nlocal fence = redis.call('GET', fence_key)\n";
 const TYPE_CHECK: &str = "  local kind = redis.call('TYPE', KEYS[slot])['ok']\n";
 const WRITES: &str = "\nif family then\n  local kind";
 
 const MUTANTS: &[Mutant] = &[
     // The key and argument counts.
-    m("no key count check", "if #KEYS ~= 5 then", "if false then"),
+    m(
+        "no key count check",
+        "if #KEYS < 5 or #KEYS > 2 * MAX_REACH + 3 or #KEYS % 2 == 0 then",
+        "if false then",
+    ),
+    m(
+        "key count: an even one accepted",
+        " or #KEYS % 2 == 0 then",
+        " then",
+    ),
+    m(
+        "key count: more than the furthest reach accepted",
+        " or #KEYS > 2 * MAX_REACH + 3",
+        "",
+    ),
+    m(
+        "key count: three accepted",
+        "if #KEYS < 5 or",
+        "if #KEYS < 3 or",
+    ),
     m(
         "no argument count check",
         "if #ARGV < 6 then",
@@ -306,33 +325,43 @@ const MUTANTS: &[Mutant] = &[
     // The window.
     m(
         "no window check",
-        "if n < expect - 1 or n > expect + 1 then",
+        "if n < expect - reach or n > expect + reach then",
         "if false then",
     ),
     m(
         "window widened below",
-        "if n < expect - 1 or",
-        "if n < expect - 2 or",
+        "if n < expect - reach or",
+        "if n < expect - reach - 1 or",
     ),
     m(
         "window widened above",
-        "or n > expect + 1 then",
-        "or n > expect + 2 then",
+        "or n > expect + reach then",
+        "or n > expect + reach + 1 then",
     ),
     m(
         "window narrowed below",
+        "if n < expect - reach or",
         "if n < expect - 1 or",
-        "if n < expect or",
     ),
     m(
         "window narrowed above",
+        "or n > expect + reach then",
         "or n > expect + 1 then",
-        "or n > expect then",
     ),
     m(
         "wrong key for the interval",
-        "local slot = n - expect + 3",
-        "local slot = 3",
+        "local slot = n - expect + reach + 2",
+        "local slot = reach + 2",
+    ),
+    m(
+        "window: the reach taken as 1",
+        "local reach = (#KEYS - 3) / 2",
+        "local reach = 1",
+    ),
+    m(
+        "the fence read from an interval key",
+        "local fence_key = KEYS[#KEYS]",
+        "local fence_key = KEYS[#KEYS - 1]",
     ),
     m(
         "phase reported as 0",
@@ -642,7 +671,7 @@ const MUTANTS: &[Mutant] = &[
     m(
         "the sums written before the fence is read",
         READ_FENCE,
-        "\nif progress then\n  redis.call('HSET', KEYS[slot - 1], '', previous, '+', progress)\nend\nlocal fence = redis.call('GET', KEYS[5])\n",
+        "\nif progress then\n  redis.call('HSET', KEYS[slot - 1], '', previous, '+', progress)\nend\nlocal fence = redis.call('GET', fence_key)\n",
     ),
     m(
         "the sums written before the type check",
@@ -662,39 +691,39 @@ const MUTANTS: &[Mutant] = &[
     ),
     m(
         "no HSET of the participant's field",
-        "  redis.call('HSET', KEYS[slot], KEYS[5], ARGV[6])\n",
+        "  redis.call('HSET', KEYS[slot], fence_key, ARGV[6])\n",
         "",
     ),
     m(
         "the participant's field written to the interval before",
-        "redis.call('HSET', KEYS[slot], KEYS[5], ARGV[6])",
-        "redis.call('HSET', KEYS[slot - 1], KEYS[5], ARGV[6])",
+        "redis.call('HSET', KEYS[slot], fence_key, ARGV[6])",
+        "redis.call('HSET', KEYS[slot - 1], fence_key, ARGV[6])",
     ),
     m(
         "the participant's field named by another key",
-        "KEYS[slot], KEYS[5], ARGV[6]",
-        "KEYS[slot], KEYS[4], ARGV[6]",
+        "KEYS[slot], fence_key, ARGV[6]",
+        "KEYS[slot], KEYS[1], ARGV[6]",
     ),
     m(
         "HSET before the fence is read",
         READ_FENCE,
-        "\nif family then\n  redis.call('HSET', KEYS[slot], KEYS[5], ARGV[6])\nend\nlocal fence = redis.call('GET', KEYS[5])\n",
+        "\nif family then\n  redis.call('HSET', KEYS[slot], fence_key, ARGV[6])\nend\nlocal fence = redis.call('GET', fence_key)\n",
     ),
     // A counter's writes, and both layouts' expiry and fence.
     m(
         "INCRBY before the fence is read",
         READ_FENCE,
-        "\nredis.call('INCRBY', KEYS[slot], ARGV[7])\nlocal fence = redis.call('GET', KEYS[5])\n",
+        "\nredis.call('INCRBY', KEYS[slot], ARGV[7])\nlocal fence = redis.call('GET', fence_key)\n",
     ),
     m(
         "INCRBY before the window check",
-        "if n < expect - 1 or n > expect + 1 then",
-        "redis.call('INCRBY', KEYS[3], ARGV[7])\nif n < expect - 1 or n > expect + 1 then",
+        "if n < expect - reach or n > expect + reach then",
+        "redis.call('INCRBY', KEYS[3], ARGV[7])\nif n < expect - reach or n > expect + reach then",
     ),
     m(
         "fence set before the writes",
         WRITES,
-        "\nredis.call('SET', KEYS[5], ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])\nif family then\n  local kind",
+        "\nredis.call('SET', fence_key, ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])\nif family then\n  local kind",
     ),
     m(
         "no INCRBY",
