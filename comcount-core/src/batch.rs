@@ -16,6 +16,9 @@ use crate::shared::Shared;
 use crate::slot::Slot;
 use crate::store::{Entry, FlushRequest};
 
+/// How many entries a flush may carry for their room to be kept until the next.
+const KEPT_BETWEEN_FLUSHES: usize = 8;
+
 pub(crate) struct Batch {
     shared: Arc<Shared>,
     partition: u32,
@@ -101,11 +104,18 @@ impl Batch {
         !slots.is_empty()
     }
 
-    /// Lets go of a settled flush's entries and slots, memory included: a partition of many
-    /// keys would otherwise hold a flush's worth of both for each key between flushes.
+    /// Lets go of a settled flush's entries and slots. The room of a few is kept for the next
+    /// flush, so that a counter's flush, of one entry, allocates none; that of more is let go
+    /// of too: a partition of many keys would otherwise hold a flush's worth of both for each
+    /// key between flushes.
     pub(crate) fn release(&mut self, request: &mut FlushRequest) {
-        self.slots = Vec::new();
-        request.entries = Vec::new();
+        if self.slots.capacity() > KEPT_BETWEEN_FLUSHES {
+            self.slots = Vec::new();
+            request.entries = Vec::new();
+        } else {
+            self.slots.clear();
+            request.entries.clear();
+        }
     }
 
     /// Takes the totals of a reply (one per entry; fewer leave the rest alone).

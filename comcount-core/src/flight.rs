@@ -6,14 +6,12 @@
 //! flush. All copies carry the same sequence number, so the store's fence applies at most one
 //! of them.
 
-use std::future::Future;
+use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::future::{AbortHandle, Abortable};
-use futures::stream::{FuturesUnordered, StreamExt};
 use futures::task::noop_waker_ref;
 
 use crate::diagnostics::Reporter;
@@ -31,13 +29,15 @@ pub(crate) struct Answer {
     pub(crate) result: Result<FlushReply, StoreError>,
 }
 
-type Copy = Abortable<Pin<Box<dyn Future<Output = Answer> + Send>>>;
+type Copy = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
+/// Kept by its flush loop from one flush to the next, so that a flush allocates nothing here
+/// but its copies.
 #[derive(Default)]
 pub(crate) struct Flight {
-    copies: FuturesUnordered<Copy>,
-    /// When each copy still awaited was sent, and how to stop waiting for it.
-    awaited: Vec<(Duration, AbortHandle)>,
+    /// Each copy still awaited, with when it was sent. At most [`MAX_COPIES`], so they are
+    /// polled in turn on every wake of the loop: cheaper than a set that tracks which one woke.
+    awaited: Vec<(Duration, Copy)>,
     /// When the last copy was sent.
     last_sent: Option<Duration>,
     /// Whether some copy may have been applied without this flush hearing of it: one that
@@ -48,6 +48,15 @@ pub(crate) struct Flight {
 }
 
 impl Flight {
+    /// Ready for a new flush: the copies of the last one are no longer awaited (dropping
+    /// them stops the wait, not the store; one may still land).
+    pub(crate) fn clear(&mut self) {
+        self.awaited.clear();
+        self.last_sent = None;
+        self.maybe_counted = false;
+        self.latest_aim = None;
+    }
+
     /// Sends one copy of `request` and polls it once, so that it is in the store's hands on
     /// return. Returns its answer at once if it has one.
     pub(crate) fn send<S: Store>(
@@ -61,7 +70,7 @@ impl Flight {
         let store = Arc::clone(store);
         let request = Arc::clone(request);
         let report = report.clone();
-        let mut copy: Pin<Box<dyn Future<Output = Answer> + Send>> = Box::pin(async move {
+        let mut copy: Copy = Box::pin(async move {
             let result = store.flush(&request, &report).await;
             Answer { sent: now, result }
         });
@@ -75,9 +84,7 @@ impl Flight {
                 if self.awaited.len() >= MAX_COPIES {
                     self.stop_awaiting_oldest();
                 }
-                let (abort, registration) = AbortHandle::new_pair();
-                self.copies.push(Abortable::new(copy, registration));
-                self.awaited.push((now, abort));
+                self.awaited.push((now, copy));
                 None
             }
         }
@@ -87,30 +94,31 @@ impl Flight {
     fn stop_awaiting_oldest(&mut self) {
         let oldest = (0..self.awaited.len()).min_by_key(|&i| self.awaited[i].0);
         if let Some(i) = oldest {
-            let (_, abort) = self.awaited.swap_remove(i);
-            abort.abort();
+            drop(self.awaited.swap_remove(i));
             self.maybe_counted = true;
         }
     }
 
     /// The next answer of a copy still awaited; pending forever when none is.
     pub(crate) async fn next_answer(&mut self) -> Answer {
-        loop {
-            if self.copies.is_empty() {
-                return std::future::pending().await;
-            }
-            // A copy no longer awaited (`Aborted`) is already accounted for.
-            if let Some(Ok(answer)) = self.copies.next().await {
-                if let Some(at) = self
-                    .awaited
-                    .iter()
-                    .position(|(sent, _)| *sent == answer.sent)
-                {
-                    self.awaited.swap_remove(at);
+        poll_fn(|cx| {
+            let answered =
+                self.awaited
+                    .iter_mut()
+                    .enumerate()
+                    .find_map(|(i, (_, copy))| match copy.as_mut().poll(cx) {
+                        Poll::Ready(answer) => Some((i, answer)),
+                        Poll::Pending => None,
+                    });
+            match answered {
+                Some((i, answer)) => {
+                    drop(self.awaited.swap_remove(i));
+                    Poll::Ready(answer)
                 }
-                return answer;
+                None => Poll::Pending,
             }
-        }
+        })
+        .await
     }
 
     /// Whether some copy is still awaited.

@@ -55,6 +55,8 @@ pub(crate) struct Flusher<S, T> {
     request: Arc<FlushRequest>,
     /// The keys the flush carries.
     batch: Batch,
+    /// The copies of the flush in the air, kept from one flush to the next.
+    flight: Flight,
     /// The last interval this participant is known to have added to.
     last_added: Option<u64>,
     /// Spreads participants that cannot add to every interval over different ones. Seeded from
@@ -139,6 +141,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 settings.interval,
             ),
             batch: Batch::new(Arc::clone(shared), partition),
+            flight: Flight::default(),
             aim: Aim::spread(settings.interval_ms, partition, settings.partitions()),
             round_trip: RoundTrip::new(settings.policy.flush_timeout),
             alarm: alarm.clone(),
@@ -212,6 +215,15 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     /// Takes the buffers as one new flush and keeps at it until it is settled; `None` once the
     /// counter is closed.
     async fn flush(&mut self, stop: &mut Stop) -> Option<Settled> {
+        let mut flight = std::mem::take(&mut self.flight);
+        let settled = self.fly(stop, &mut flight).await;
+        flight.clear();
+        self.flight = flight;
+        settled
+    }
+
+    /// Flies one new flush of the buffers in `flight`, cleared.
+    async fn fly(&mut self, stop: &mut Stop, flight: &mut Flight) -> Option<Settled> {
         let ages = self.ages();
         self.shared.epoch.fetch_max(ages.epoch, Relaxed);
         let Self {
@@ -227,7 +239,6 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         }
         request.seq += 1;
         let started = self.timer.now();
-        let mut flight = Flight::default();
         let mut copies: u32 = 0;
         let mut plan = Plan {
             next_copy: Some((started, Why::First)),
@@ -243,15 +254,15 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             {
                 plan.next_copy = None;
                 if self.may_send(why, started, now) {
-                    let sent = self.send(&mut flight, now);
+                    let sent = self.send(flight, now);
                     if !matches!(sent, Sent::Closed) {
                         copies = copies.saturating_add(1);
                         self.report_resent(why, copies, &plan);
                     }
                     match sent {
-                        Sent::Closed => return self.closed(&flight),
+                        Sent::Closed => return self.closed(flight),
                         Sent::Answered(answer) => {
-                            if let Some(settled) = self.take(answer, &mut flight, &mut plan) {
+                            if let Some(settled) = self.take(answer, flight, &mut plan) {
                                 return Some(settled);
                             }
                             continue;
@@ -261,24 +272,24 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 }
             }
             if !flight.awaiting() && plan.next_copy.is_none() {
-                return Some(self.conclude(&flight, plan));
+                return Some(self.conclude(flight, plan));
             }
-            let wait = self.next_wake(&flight, &plan, started).saturating_sub(now);
+            let wait = self.next_wake(flight, &plan, started).saturating_sub(now);
             let sleep = self.timer.sleep(wait);
             let woke = self
                 .watch
                 .until(first_of(flight.next_answer(), sleep), stop)
                 .await;
             match woke {
-                None => return self.closed(&flight),
+                None => return self.closed(flight),
                 Some(Some(answer)) => {
-                    if let Some(settled) = self.take(answer, &mut flight, &mut plan) {
+                    if let Some(settled) = self.take(answer, flight, &mut plan) {
                         return Some(settled);
                     }
                 }
                 Some(None) => {
-                    if self.timed_out(&mut flight, &mut plan, started) {
-                        return Some(self.conclude(&flight, plan));
+                    if self.timed_out(flight, &mut plan, started) {
+                        return Some(self.conclude(flight, plan));
                     }
                 }
             }
