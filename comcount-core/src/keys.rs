@@ -74,19 +74,35 @@ impl KeySpace {
 
     /// The key that holds the total (or a family partition's hash) of interval `n`: `base:n`.
     pub fn interval(&self, n: u64) -> String {
-        // Sized up front, as for the fence: every flush builds five keys or more.
-        let mut key = String::with_capacity(self.base.len() + 1 + 20);
-        key.push_str(&self.base);
-        let _ = write!(key, ":{n}");
+        let mut key = String::with_capacity(self.longest_key_len());
+        self.write_interval(n, &mut key);
         key
     }
 
     /// The key of `participant`'s fence: `base:f:<id in 16 hex digits>`.
     pub fn fence(&self, participant: ParticipantId) -> String {
-        let mut key = String::with_capacity(self.base.len() + 3 + 16);
+        let mut key = String::with_capacity(self.longest_key_len());
+        self.write_fence(participant, &mut key);
+        key
+    }
+
+    /// Writes [`interval`](Self::interval)`(n)` into `key`, in place of what it held.
+    pub(crate) fn write_interval(&self, n: u64, key: &mut String) {
+        key.clear();
+        key.push_str(&self.base);
+        let _ = write!(key, ":{n}");
+    }
+
+    /// Writes [`fence`](Self::fence)`(participant)` into `key`, in place of what it held.
+    pub(crate) fn write_fence(&self, participant: ParticipantId, key: &mut String) {
+        key.clear();
         key.push_str(&self.base);
         let _ = write!(key, ":f:{participant}");
-        key
+    }
+
+    /// The length of the longest key of the space: an interval key with a 20-digit number.
+    pub(crate) fn longest_key_len(&self) -> usize {
+        self.base.len() + ":".len() + 20
     }
 }
 

@@ -31,34 +31,69 @@ pub const SOURCE: &str = include_str!("flush.lua");
 /// interval, fence life (ms), layout (`c` for a counter, `f` for a family), then the entries:
 /// for a counter its empty key and its amount, for a family all of them packed into one
 /// argument (a MessagePack array of key and amount pairs, as [`unpack`] reads it).
-pub fn arguments(request: &FlushRequest) -> Vec<Cow<'_, [u8]>> {
+pub fn arguments(request: &FlushRequest) -> Vec<Cow<'static, [u8]>> {
     let mut args = Vec::with_capacity(7);
-    args.extend(
-        [
-            request.seq,
-            request.interval_ms,
-            request.expect,
-            request.fence_ttl_ms,
-        ]
-        .map(|n| Cow::Owned(n.to_string().into_bytes())),
-    );
-    let entries = || request.entries.iter().map(|e| (&*e.key, e.amount));
+    each_argument(request, |argument| args.push(Cow::Owned(argument.to_vec())));
+    args
+}
+
+/// Hands each of the [`arguments`] to `argument`, in order, numbers written on the stack: for
+/// a store that copies them into its command as they come. A family's packed entries are the
+/// one argument made on the heap.
+///
+/// ```
+/// use comcount_core::{FlushRequest, KeySpace, ParticipantId, script};
+///
+/// let request = FlushRequest::new(
+///     KeySpace::counter("app:", "requests"),
+///     ParticipantId::from_u64(1),
+///     1000,
+/// )
+/// .with_amount(5);
+/// let mut arguments = Vec::new();
+/// script::each_argument(&request, |argument| arguments.push(argument.to_vec()));
+/// assert_eq!(arguments[0], b"1"); // the sequence number
+/// assert_eq!(arguments[6], b"5"); // the amount
+/// ```
+pub fn each_argument(request: &FlushRequest, mut argument: impl FnMut(&[u8])) {
+    let mut digits = [0; 20];
+    for n in [
+        request.seq,
+        request.interval_ms,
+        request.expect,
+        request.fence_ttl_ms,
+    ] {
+        argument(decimal(n, &mut digits));
+    }
     match request.space.layout() {
         Layout::Counter => {
-            args.push(Cow::Borrowed(b"c".as_slice()));
+            argument(b"c");
             for entry in &request.entries {
-                args.push(Cow::Borrowed(entry.key.as_bytes()));
-                args.push(Cow::Owned(entry.amount.to_string().into_bytes()));
+                argument(entry.key.as_bytes());
+                argument(decimal(entry.amount, &mut digits));
             }
         }
         Layout::Family => {
-            args.push(Cow::Borrowed(b"f".as_slice()));
-            let mut entries_arg = Vec::with_capacity(packed::packed_len(entries()));
-            packed::pack(entries(), &mut entries_arg);
-            args.push(Cow::Owned(entries_arg));
+            argument(b"f");
+            let entries = || request.entries.iter().map(|e| (&*e.key, e.amount));
+            let mut packed = Vec::with_capacity(packed::packed_len(entries()));
+            packed::pack(entries(), &mut packed);
+            argument(&packed);
         }
     }
-    args
+}
+
+/// `n` in decimal, written at the end of `digits`.
+fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &digits[start..];
+        }
+    }
 }
 
 /// The key and amount pairs of one field of a family partition's interval hash, in the order
@@ -236,6 +271,14 @@ mod tests {
             4,
         )
         .with_entries(keys.iter().map(|k| Entry::new(*k, 1)).collect())
+    }
+
+    #[test]
+    fn numbers_are_written_as_to_string_writes_them() {
+        let mut digits = [0; 20];
+        for n in [0, 7, 10, 99, 1_000_000_007, u64::MAX - 1, u64::MAX] {
+            assert_eq!(decimal(n, &mut digits), n.to_string().as_bytes());
+        }
     }
 
     #[test]

@@ -247,12 +247,46 @@ impl FlushRequest {
     /// previous interval's totals. A reach beyond [`MAX_REACH`](Self::MAX_REACH) lays out the
     /// keys of one more than it, which the flush script refuses as it refuses the reach.
     pub fn keys(&self) -> Vec<String> {
-        let reach = self.reach.min(Self::MAX_REACH + 1);
-        let mut keys: Vec<String> = (0..=2 * reach + 1)
-            .map(|i| self.interval_key(self.expect.saturating_add(i).saturating_sub(reach + 1)))
-            .collect();
-        keys.push(self.fence_key());
+        let mut keys = Vec::with_capacity(self.key_count());
+        self.each_key(|key| keys.push(key.to_owned()));
         keys
+    }
+
+    /// How many [`keys`](Self::keys) the flush declares: `2 * reach + 3`.
+    pub fn key_count(&self) -> usize {
+        let reach = self.reach.min(Self::MAX_REACH + 1) as usize;
+        2 * reach + 3
+    }
+
+    /// Hands each of the [`keys`](Self::keys) to `key`, in order, each made in the same
+    /// buffer: for a store that copies them into its command as they come, without a `String`
+    /// each.
+    ///
+    /// ```
+    /// use comcount_core::{FlushRequest, KeySpace, ParticipantId};
+    ///
+    /// let request = FlushRequest::new(
+    ///     KeySpace::counter("app:", "requests"),
+    ///     ParticipantId::from_u64(1),
+    ///     1000,
+    /// )
+    /// .with_expect(7);
+    /// let mut keys = Vec::new();
+    /// request.each_key(|key| keys.push(key.to_owned()));
+    /// assert_eq!(keys, request.keys());
+    /// assert_eq!(keys.len(), request.key_count());
+    /// assert_eq!(keys[2], "app:{requests}:7");
+    /// ```
+    pub fn each_key(&self, mut key: impl FnMut(&str)) {
+        let reach = self.reach.min(Self::MAX_REACH + 1);
+        let mut buffer = String::with_capacity(self.space.longest_key_len());
+        for i in 0..=2 * reach + 1 {
+            let n = self.expect.saturating_add(i).saturating_sub(reach + 1);
+            self.space.write_interval(n, &mut buffer);
+            key(&buffer);
+        }
+        self.space.write_fence(self.participant, &mut buffer);
+        key(&buffer);
     }
 
     /// Checks every field against the ranges the flush protocol accepts, which every store

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use comcount_core::diagnostics::{Event, Reporter};
 use comcount_core::{FlushReply, FlushRequest, Store, StoreError, script};
@@ -57,7 +57,7 @@ where
     pub fn new(client: C) -> Self {
         Self {
             client,
-            sha: fred::util::sha1_hash(script::SOURCE).into(),
+            sha: script_sha(),
         }
     }
 
@@ -122,6 +122,13 @@ where
             script::decode(request, &fields(&value)?)
         }
     }
+}
+
+/// The flush script's SHA-1, hashed once per process: a service may build a store for each of
+/// thousands of counters.
+fn script_sha() -> Arc<str> {
+    static SHA: OnceLock<Arc<str>> = OnceLock::new();
+    Arc::clone(SHA.get_or_init(|| fred::util::sha1_hash(script::SOURCE).into()))
 }
 
 /// The slot and the arguments of `EVALSHA sha 5 keys... args...` for one flush: the keys of
