@@ -18,7 +18,8 @@
 //!    on a fresh shared connection. After a warm-up, over a window it reports flushes asked
 //!    (counters × intervals), applied (`flush completed`), resent copies (copies of a flush
 //!    beyond its first), wrong-interval replies and error replies (counted in a wrapping
-//!    `Store`), Redis CPU per applied flush (`INFO cpu`), the share of counters that know the
+//!    `Store`), Redis CPU per applied flush (`INFO cpu`), this process's CPU per applied flush
+//!    (`/proc/self/stat`; the closed loops print it too), the share of counters that know the
 //!    group's total (sampled every 100 ms), the longest gap between two applied flushes of any
 //!    counter, and the applied rate against both capacities.
 //!
@@ -46,7 +47,7 @@ use comcount_core::{
     Counter, FlushReply, FlushRequest, KeySpace, Outcome, ParticipantId, Store, StoreError,
 };
 use comcount_redis_rs::RedisStore;
-use comcount_tests::bench::{Quiet, Rules, evalsha_calls, redis_cpu, until_idle};
+use comcount_tests::bench::{Quiet, Rules, evalsha_calls, process_cpu, redis_cpu, until_idle};
 use comcount_tests::connect::manager_with;
 use comcount_tests::server::RedisServer;
 use redis::aio::ConnectionManager;
@@ -137,6 +138,7 @@ struct Capacity {
     /// The share of calls applied.
     applied_share: f64,
     cpu_per_applied_us: f64,
+    client_cpu_per_applied_us: f64,
 }
 
 /// What the capacity loop's flushes write.
@@ -225,15 +227,17 @@ async fn capacity(url: &str, stats: &mut ConnectionManager, load: Load) -> Capac
         }));
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (start, cpu_before, applied_before, calls_before) = (
+    let (start, cpu_before, client_before, applied_before, calls_before) = (
         Instant::now(),
         redis_cpu(stats).await,
+        process_cpu(),
         applied.load(Ordering::Relaxed),
         calls.load(Ordering::Relaxed),
     );
     tokio::time::sleep(CAPACITY_WINDOW).await;
     let count = applied.load(Ordering::Relaxed) - applied_before;
     let sent = calls.load(Ordering::Relaxed) - calls_before;
+    let client = process_cpu() - client_before;
     let (seconds, cpu_after) = (start.elapsed().as_secs_f64(), redis_cpu(stats).await);
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
@@ -244,6 +248,7 @@ async fn capacity(url: &str, stats: &mut ConnectionManager, load: Load) -> Capac
         applied_per_s: count as f64 / seconds,
         applied_share: count as f64 / sent.max(1) as f64,
         cpu_per_applied_us: (cpu_after - cpu_before) * 1e6 / count.max(1) as f64,
+        client_cpu_per_applied_us: client * 1e6 / count.max(1) as f64,
     }
 }
 
@@ -420,6 +425,8 @@ struct Row {
     seconds: f64,
     counts: Reading,
     redis_cpu: f64,
+    /// This process's CPU time in the window, the counters' and the driver's, in seconds.
+    client_cpu: f64,
     evalsha: u64,
     known: f64,
     longest_gap_ms: u64,
@@ -466,15 +473,17 @@ async fn run(
 
     gaps.open_window();
     let before = tally.read();
-    let (start, cpu_before, evalsha_before) = (
+    let (start, cpu_before, client_before, evalsha_before) = (
         Instant::now(),
         redis_cpu(stats).await,
+        process_cpu(),
         evalsha_calls(stats).await,
     );
     let known = sample_known(&counters, settings.window).await;
-    let (seconds, cpu_after, evalsha_after) = (
+    let (seconds, cpu_after, client_after, evalsha_after) = (
         start.elapsed().as_secs_f64(),
         redis_cpu(stats).await,
+        process_cpu(),
         evalsha_calls(stats).await,
     );
     let counts = tally.read().since(before);
@@ -493,6 +502,7 @@ async fn run(
         seconds,
         counts,
         redis_cpu: cpu_after - cpu_before,
+        client_cpu: client_after - client_before,
         evalsha: evalsha_after - evalsha_before,
         known,
         longest_gap_ms: longest.last().copied().unwrap_or(0),
@@ -538,15 +548,18 @@ fn print_capacity(runs: &[(&str, Capacity)]) {
         CAPACITY_WINDOW.as_secs()
     );
     println!();
-    println!("| when | keys | applied/s | calls applied | Redis CPU µs/applied |");
-    println!("| --- | --- | ---: | ---: | ---: |");
+    println!(
+        "| when | keys | applied/s | calls applied | Redis CPU µs/applied | client CPU µs/applied |"
+    );
+    println!("| --- | --- | ---: | ---: | ---: | ---: |");
     for (when, c) in runs {
         println!(
-            "| {when} | {} | {:.0} | {:.1}% | {:.1} |",
+            "| {when} | {} | {:.0} | {:.1}% | {:.1} | {:.1} |",
             c.load.label(),
             c.applied_per_s,
             100.0 * c.applied_share,
-            c.cpu_per_applied_us
+            c.cpu_per_applied_us,
+            c.client_cpu_per_applied_us
         );
     }
     println!();
@@ -562,10 +575,10 @@ fn print_header(settings: &Settings) {
     );
     println!();
     println!(
-        "| counters | rule | asked/s | applied/s | applied/asked | applied/capacity | applied/one-key | copies/s | resent copies | wrong-interval replies | error replies | EVALSHA/s | Redis CPU µs/applied | total known | longest gap (p99 of counters) | dropped | unsettled | `round trip slow` raised |"
+        "| counters | rule | asked/s | applied/s | applied/asked | applied/capacity | applied/one-key | copies/s | resent copies | wrong-interval replies | error replies | EVALSHA/s | Redis CPU µs/applied | client CPU µs/applied | total known | longest gap (p99 of counters) | dropped | unsettled | `round trip slow` raised |"
     );
     println!(
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
 }
 
@@ -584,7 +597,7 @@ fn print_row(row: &Row, interval: Duration, capacity: f64, one_key: f64) {
     let asked = row.counters as f64 / interval.as_secs_f64();
     let in_intervals = |ms: u64| ms as f64 / interval.as_millis() as f64;
     println!(
-        "| {} | {} | {:.0} | {:.0} | {:.1}% | {:.2} | {:.2} | {:.0} | {} ({:.1}%) | {} ({:.1}%) | {} | {:.0} | {:.1} | {:.1}% | {:.1} ({:.1}) intervals | {} | {} | {} |",
+        "| {} | {} | {:.0} | {:.0} | {:.1}% | {:.2} | {:.2} | {:.0} | {} ({:.1}%) | {} ({:.1}%) | {} | {:.0} | {:.1} | {:.1} | {:.1}% | {:.1} ({:.1}) intervals | {} | {} | {} |",
         row.counters,
         row.rules.label(),
         asked,
@@ -600,6 +613,7 @@ fn print_row(row: &Row, interval: Duration, capacity: f64, one_key: f64) {
         errors,
         per_s(row.evalsha),
         row.redis_cpu * 1e6 / applied.max(1) as f64,
+        row.client_cpu * 1e6 / applied.max(1) as f64,
         100.0 * row.known,
         in_intervals(row.longest_gap_ms),
         in_intervals(row.p99_gap_ms),
