@@ -8,12 +8,26 @@
 //!
 //! Once raised, the alarm comes down only after the round trip has stayed well under the
 //! threshold for a whole interval: a store that is slow in bursts (a queue that fills and
-//! drains) would otherwise raise and clear it with every other reply.
+//! drains) would otherwise raise and clear it with every other reply. An alarm raised again
+//! soon after it came down is damped, as routers damp a flapping route: each time, the round
+//! trip must then stay calm twice as long before it comes down, up to [`MAX_HOLD`] intervals,
+//! and stay slow longer before it is raised again, up to four intervals. Counters that take
+//! turns at a store find it quick after each rest and slow after each pair, and would
+//! otherwise say so every few intervals.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::diagnostics::{Event, Reporter};
+
+/// The longest the round trip must stay calm, in intervals, before the alarm comes down.
+pub(crate) const MAX_HOLD: u32 = 64;
+
+/// A raise this many holds or fewer after the alarm came down is a flap: the next hold doubles.
+const FLAP_WITHIN_HOLDS: u32 = 8;
+
+/// The most the patience before a raise is multiplied by, while the alarm flaps.
+const MAX_PATIENCE_HOLDS: u32 = 8;
 
 /// One alarm for all the partitions of a family, which share a store: the store is reported
 /// slow once, not once per partition.
@@ -58,6 +72,10 @@ pub(crate) struct SlowAlarm {
     /// While raised: when the replies began to come well under the threshold, with none
     /// slower since.
     calm_since: Option<Duration>,
+    /// How many intervals the replies must stay calm before the alarm comes down.
+    hold: u32,
+    /// When it last came down.
+    cleared_at: Option<Duration>,
 }
 
 impl SlowAlarm {
@@ -68,6 +86,8 @@ impl SlowAlarm {
             worst: Duration::ZERO,
             raised: false,
             calm_since: None,
+            hold: 1,
+            cleared_at: None,
         }
     }
 
@@ -76,9 +96,21 @@ impl SlowAlarm {
         self.interval / 2
     }
 
-    /// How long the round trip must stay slow before it is reported.
-    fn patience(&self) -> Duration {
-        self.interval / 2
+    /// How long the round trip must stay slow, from `since`, before it is reported: half an
+    /// interval, and longer while the alarm flaps.
+    fn patience(&self, since: Duration) -> Duration {
+        if self.flapping(since) {
+            self.interval / 2 * self.hold.min(MAX_PATIENCE_HOLDS)
+        } else {
+            self.interval / 2
+        }
+    }
+
+    /// Whether slowness seen at `at` comes soon after the alarm came down.
+    fn flapping(&self, at: Duration) -> bool {
+        self.cleared_at.is_some_and(|cleared| {
+            at.saturating_sub(cleared) <= self.interval * self.hold * FLAP_WITHIN_HOLDS
+        })
     }
 
     /// Under this, a round trip is well within the threshold: a round trip hovering at the
@@ -95,7 +127,7 @@ impl SlowAlarm {
             self.check(now, report);
         } else if round_trip < self.calm() {
             let calm_since = *self.calm_since.get_or_insert(now);
-            if self.raised && now.saturating_sub(calm_since) < self.interval {
+            if self.raised && now.saturating_sub(calm_since) < self.interval * self.hold {
                 return;
             }
             if self.raised {
@@ -103,6 +135,7 @@ impl SlowAlarm {
                     round_trip,
                     interval: self.interval,
                 });
+                self.cleared_at = Some(now);
             }
             self.raised = false;
             self.since = None;
@@ -129,7 +162,7 @@ impl SlowAlarm {
             return None;
         }
         Some(match self.since {
-            Some(since) => since + self.patience(),
+            Some(since) => since + self.patience(since),
             None => sent + self.threshold() + Duration::from_millis(1),
         })
     }
@@ -143,8 +176,13 @@ impl SlowAlarm {
 
     fn check(&mut self, now: Duration, report: &Reporter) {
         let Some(since) = self.since else { return };
-        if !self.raised && now.saturating_sub(since) >= self.patience() {
+        if !self.raised && now.saturating_sub(since) >= self.patience(since) {
             self.raised = true;
+            self.hold = if self.flapping(since) {
+                (self.hold * 2).min(MAX_HOLD)
+            } else {
+                1
+            };
             report.emit(Event::RoundTripSlow {
                 round_trip: self.worst,
                 interval: self.interval,
@@ -281,5 +319,45 @@ mod tests {
             recorder.messages(),
             ["round trip slow", "round trip normal"]
         );
+    }
+
+    #[test]
+    fn a_store_that_keeps_flapping_is_reported_ever_less_often() {
+        let (report, recorder) = reporter();
+        let mut alarm = SlowAlarm::new(ms(100));
+        // Slow for two replies, then quick, over and over: each clear needs twice the calm
+        // of the one before.
+        let mut t = 0;
+        let mut calm_needed = Vec::new();
+        for _ in 0..4 {
+            alarm.answered(ms(t), ms(t + 150), &report);
+            alarm.answered(ms(t + 150), ms(t + 300), &report);
+            t += 300;
+            let calm_from = t;
+            let before = recorder.with_message("round trip normal").len();
+            while recorder.with_message("round trip normal").len() == before {
+                alarm.answered(ms(t), ms(t + 10), &report);
+                t += 100;
+            }
+            calm_needed.push(t - 100 + 10 - calm_from);
+        }
+        assert_eq!(calm_needed, [110, 210, 410, 810]);
+        assert_eq!(recorder.with_message("round trip slow").len(), 4);
+        // Raising it again now takes four intervals of slowness, not half of one.
+        alarm.answered(ms(t), ms(t + 150), &report);
+        alarm.answered(ms(t + 150), ms(t + 300), &report);
+        assert_eq!(alarm.next_check(ms(t + 300)), Some(ms(t + 50 + 400)));
+        alarm.answered(ms(t + 300), ms(t + 310), &report);
+        t += 400;
+        assert_eq!(recorder.with_message("round trip slow").len(), 4);
+        // Long after the last clear, a new slowdown starts over at one interval.
+        t += 100 * 64 * 8;
+        alarm.answered(ms(t), ms(t + 150), &report);
+        alarm.answered(ms(t + 150), ms(t + 300), &report);
+        t += 300;
+        alarm.answered(ms(t), ms(t + 10), &report);
+        alarm.answered(ms(t + 100), ms(t + 110), &report);
+        alarm.answered(ms(t + 200), ms(t + 210), &report);
+        assert_eq!(recorder.with_message("round trip normal").len(), 5);
     }
 }
