@@ -33,6 +33,7 @@ use crate::shared::Shared;
 use crate::slow_alarm::SharedAlarm;
 use crate::store::{FlushRequest, Outcome, Store};
 use crate::timing::Timing;
+use crate::turns::Turns;
 use crate::watch::{Stop, Watch, stale_after};
 use crate::worker::Tick;
 
@@ -50,6 +51,7 @@ pub(crate) struct Flusher<S, T> {
     aim: Aim,
     round_trip: RoundTrip,
     alarm: SharedAlarm,
+    turns: Turns,
     /// The flush, shared with its copies in flight rather than copied into each: a flush of
     /// many keys would otherwise hold its entries twice while it is awaited.
     request: Arc<FlushRequest>,
@@ -68,7 +70,11 @@ pub(crate) struct Flusher<S, T> {
 /// What became of one flush.
 enum Settled {
     /// Counted by the store in this interval.
-    Counted(u64),
+    Counted {
+        interval: u64,
+        /// Whether the reply brought a group total.
+        learnt: bool,
+    },
     /// Not counted as far as this participant knows: back in the buffer, or reported dropped
     /// or unsettled.
     NotCounted,
@@ -145,6 +151,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             aim: Aim::spread(settings.interval_ms, partition, settings.partitions()),
             round_trip: RoundTrip::new(settings.policy.flush_timeout),
             alarm: alarm.clone(),
+            turns: Turns::new(settings.interval),
             request: Arc::new(
                 FlushRequest::new(
                     settings.space(partition),
@@ -170,20 +177,23 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         loop {
             let settled = self.flush(stop).await?;
             self.batch.release(Arc::make_mut(&mut self.request));
-            if let Settled::Counted(interval) = settled {
+            let added_before = self.last_added;
+            if let Settled::Counted { interval, .. } = settled {
                 self.last_added = self.last_added.max(Some(interval));
             }
-            let pause = self.pause(&settled);
+            let pause = self.pause(&settled, added_before);
             self.watch.until(self.timer.sleep(pause), stop).await?;
         }
     }
 
-    /// How long to wait before the next flush.
+    /// How long to wait before the next flush, `added_before` being the last interval added
+    /// to before the flush that just settled.
     ///
     /// A participant whose round trip keeps it from adding to every interval skips one more,
     /// half the time: participants that started together would otherwise all add to the same
-    /// intervals, leave the others without a key, and never learn a total.
-    fn pause(&mut self, settled: &Settled) -> Duration {
+    /// intervals, leave the others without a key, and never learn a total. One whose flushes
+    /// queue behind others' rests a few intervals after each pair ([`Turns`]).
+    fn pause(&mut self, settled: &Settled, added_before: Option<u64>) -> Duration {
         match self.settings.policy.timing {
             Timing::AfterReply => self.settings.interval,
             Timing::MidInterval => {
@@ -191,7 +201,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 // After a flush that did not count, not again in the same interval: what
                 // failed there would likely fail again.
                 let floor = match settled {
-                    Settled::Counted(_) => self.last_added,
+                    Settled::Counted { .. } => self.last_added,
                     Settled::NotCounted => {
                         self.last_added.max(Some(self.aim.expected_interval(now)))
                     }
@@ -199,11 +209,22 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 let Some(delay) = self.aim.delay_to_aim(now, floor) else {
                     return self.settings.interval;
                 };
-                let skipping = match settled {
-                    Settled::Counted(n) => self.aim.expected_interval(now + delay) > n + 1,
-                    Settled::NotCounted => false,
+                let (skipping, rest) = match settled {
+                    &Settled::Counted {
+                        interval: n,
+                        learnt,
+                    } => {
+                        let after_pair = added_before == n.checked_sub(1);
+                        let spread = &mut self.spread;
+                        let rest = self
+                            .turns
+                            .after_counted(learnt, after_pair, |range| spread.u32(range));
+                        (self.aim.expected_interval(now + delay) > n + 1, rest)
+                    }
+                    Settled::NotCounted => (false, 0),
                 };
-                if skipping && self.spread.bool() {
+                let delay = delay + self.settings.interval * rest;
+                if skipping && rest == 0 && self.spread.bool() {
                     delay + self.settings.interval
                 } else {
                     delay
@@ -426,6 +447,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             round_trip,
         });
         self.round_trip.sample(round_trip);
+        self.turns.observe(round_trip);
         self.aim.observe(&reply, answer.sent, now);
         self.alarm.answered(answer.sent, now, &self.report);
         plan.backoff.reset();
@@ -439,7 +461,10 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                     keys: self.request.entries.len(),
                     count: self.batch.count(),
                 });
-                return Some(Settled::Counted(interval));
+                return Some(Settled::Counted {
+                    interval,
+                    learnt: reply.previous_totals.iter().any(Option::is_some),
+                });
             }
             Outcome::Stale => {
                 self.refresh(&reply.previous_totals, round_trip);

@@ -82,6 +82,7 @@ mod tally;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod timing;
+mod turns;
 mod watch;
 mod worker;
 

@@ -1,0 +1,249 @@
+//! Taking turns at a store that is asked for more flushes than it serves.
+//!
+//! A lone participant learns its group's total only from two flushes in consecutive
+//! intervals: the reply to the second carries the first's interval. When every counter on a
+//! store keeps a flush in its queue, each flush waits as long as the whole queue takes, and
+//! once that is longer than an interval no counter adds to two in a row: the store is busy,
+//! and no total is known anywhere. Counters that rest a few intervals after a pair keep the
+//! queue short for the others, and each pair then lands in consecutive intervals.
+//!
+//! The signal is the queue, not the round trip: the round trip less the least one seen
+//! lately, which is the path's and the store's own time. A store that is merely far away
+//! (every reply 150 ms late) queues nothing, and its counters never rest; nor does one whose
+//! replies bring totals, which others in its group add to the intervals it skips. The rest
+//! grows by two intervals each time [`DRY`] flushes in a row bring no total and the last met a
+//! long queue, and shrinks by one with each reply that brings one; each rest is drawn at
+//! random from its upper half, so that counters that backed off together do not come back
+//! together.
+
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+/// The longest rest, in intervals, less the whole intervals of the last round trip: a counter
+/// still gets a flush applied every eight intervals or so, however long the queue. Where the
+/// queue is too long for resting to shorten it, resting would only add to the wait.
+pub(crate) const MAX_REST: u32 = 6;
+
+/// How many round trips one window of the least-round-trip estimate spans. The least is kept
+/// over the last two windows, so a path that became slower for good is learnt within two.
+const WINDOW: u32 = 32;
+
+/// How many counted flushes in a row must bring no total before a counter rests: under a
+/// queue that lets it add to consecutive intervals now and then, it learns enough without,
+/// and a store near its capacity, whose queue is long only now and then, is not left idle.
+const DRY: u32 = 5;
+
+#[derive(Debug)]
+pub(crate) struct Turns {
+    interval: Duration,
+    /// The least round trip in the current window, and in the one before it.
+    least: [Option<Duration>; 2],
+    /// Round trips taken in the current window.
+    taken: u32,
+    /// The longest queue seen since the last flush was counted.
+    queue: Duration,
+    /// How many intervals to rest after a pair, for now.
+    rest: u32,
+    /// How many counted flushes in a row brought no total.
+    dry: u32,
+    /// The last round trip taken.
+    last: Duration,
+}
+
+impl Turns {
+    pub(crate) fn new(interval: Duration) -> Self {
+        Self {
+            interval,
+            least: [None; 2],
+            taken: 0,
+            queue: Duration::ZERO,
+            rest: 0,
+            dry: 0,
+            last: Duration::ZERO,
+        }
+    }
+
+    /// Takes the round trip of one answered copy.
+    pub(crate) fn observe(&mut self, round_trip: Duration) {
+        if self.taken == WINDOW {
+            self.least = [None, self.least[0]];
+            self.taken = 0;
+        }
+        self.taken += 1;
+        self.last = round_trip;
+        let current = &mut self.least[0];
+        *current = Some(current.map_or(round_trip, |least| least.min(round_trip)));
+        let least = self
+            .least
+            .iter()
+            .flatten()
+            .min()
+            .copied()
+            .unwrap_or_default();
+        self.queue = self.queue.max(round_trip.saturating_sub(least));
+    }
+
+    /// How many intervals to rest after a flush was counted: `learnt` when its reply brought
+    /// a group total, `after_pair` when the counter had added to the interval before too.
+    /// `draw` picks a number from the range it is given.
+    pub(crate) fn after_counted(
+        &mut self,
+        learnt: bool,
+        after_pair: bool,
+        draw: impl FnOnce(RangeInclusive<u32>) -> u32,
+    ) -> u32 {
+        let queue = std::mem::take(&mut self.queue);
+        if learnt {
+            // Once a pair (or, in a group, another participant's part) brings a total.
+            self.dry = 0;
+            self.rest = self.rest.saturating_sub(1);
+        } else {
+            self.dry = self.dry.saturating_add(1);
+            if self.dry >= DRY && queue > self.interval / 2 {
+                // Flushes in a row learnt nothing, and the queue held them up.
+                self.rest = (self.rest + 2).min(MAX_REST);
+            } else if !after_pair {
+                // The first of a pair: the next flush goes for the next interval.
+                return 0;
+            }
+        }
+        let waited = (self.last.as_nanos() / self.interval.as_nanos().max(1)) as u32;
+        let most = self.rest.min(MAX_REST.saturating_sub(waited));
+        if most == 0 {
+            0
+        } else {
+            draw(most.div_ceil(2)..=most)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// The largest rest the range allows, for tests that follow the rule's bound.
+    fn most(range: RangeInclusive<u32>) -> u32 {
+        *range.end()
+    }
+
+    #[test]
+    fn a_far_store_with_no_queue_never_rests() {
+        let mut turns = Turns::new(ms(100));
+        for i in 0..200 {
+            turns.observe(ms(150 + i % 3));
+            let second = i % 2 == 1;
+            assert_eq!(turns.after_counted(second, second, most), 0);
+        }
+    }
+
+    #[test]
+    fn a_queue_longer_than_half_an_interval_lengthens_the_rest_up_to_the_most() {
+        let mut turns = Turns::new(ms(100));
+        turns.observe(ms(2));
+        let mut rests = Vec::new();
+        for _ in 0..DRY + 3 {
+            turns.observe(ms(80));
+            rests.push(turns.after_counted(false, false, most));
+        }
+        // A few flushes without a total are no reason to rest yet: the first may be the first
+        // of a pair, and a pair may miss now and then.
+        let mut expected = vec![0; DRY as usize - 1];
+        expected.extend([2, 4, MAX_REST, MAX_REST]);
+        assert_eq!(rests, expected);
+    }
+
+    #[test]
+    fn replies_that_bring_a_total_shorten_the_rest_one_interval_each() {
+        let mut turns = Turns::new(ms(100));
+        turns.observe(ms(2));
+        for _ in 1..DRY {
+            turns.observe(ms(90));
+            assert_eq!(turns.after_counted(false, false, most), 0);
+        }
+        turns.observe(ms(90));
+        assert_eq!(turns.after_counted(false, false, most), 2);
+        // The first of a pair goes for the next interval at once, with or without a queue
+        // under half an interval, and the second rests.
+        turns.observe(ms(40));
+        assert_eq!(turns.after_counted(false, false, most), 0);
+        turns.observe(ms(3));
+        assert_eq!(turns.after_counted(true, true, most), 1);
+        turns.observe(ms(3));
+        assert_eq!(turns.after_counted(false, false, most), 0);
+        turns.observe(ms(3));
+        assert_eq!(turns.after_counted(true, true, most), 0);
+    }
+
+    #[test]
+    fn a_counter_whose_group_brings_totals_never_rests_however_long_the_queue() {
+        let mut turns = Turns::new(ms(100));
+        turns.observe(ms(1));
+        for _ in 0..20 {
+            turns.observe(ms(250));
+            assert_eq!(turns.after_counted(true, false, most), 0);
+        }
+    }
+
+    #[test]
+    fn a_rest_is_drawn_from_the_upper_half_of_the_current_one() {
+        let mut turns = Turns::new(ms(100));
+        turns.observe(ms(1));
+        for _ in 0..DRY {
+            turns.observe(ms(70));
+            turns.after_counted(false, false, most);
+        }
+        turns.observe(ms(70));
+        let mut asked = None;
+        let rest = turns.after_counted(false, false, |range| {
+            asked = Some(range.clone());
+            *range.start()
+        });
+        assert_eq!(asked, Some(2..=4));
+        assert_eq!(rest, 2);
+    }
+
+    #[test]
+    fn a_path_that_became_slower_for_good_is_learnt_within_two_windows() {
+        let mut turns = Turns::new(ms(100));
+        turns.observe(ms(1));
+        for _ in 0..2 * WINDOW {
+            turns.observe(ms(120));
+            turns.after_counted(false, false, most);
+        }
+        // The rest it took meanwhile winds down, one interval a reply with a total.
+        for _ in 0..MAX_REST {
+            turns.observe(ms(120));
+            turns.after_counted(true, true, most);
+        }
+        for _ in 1..DRY {
+            turns.observe(ms(120));
+            assert_eq!(turns.after_counted(false, false, most), 0);
+        }
+        // And only the queue above the new least counts.
+        turns.observe(ms(230));
+        assert_eq!(turns.after_counted(false, false, most), 2);
+    }
+
+    #[test]
+    fn a_rest_and_the_round_trip_stay_within_the_most_together() {
+        let mut turns = Turns::new(ms(100));
+        turns.observe(ms(1));
+        let mut rests = Vec::new();
+        for _ in 0..DRY + 3 {
+            turns.observe(ms(250));
+            rests.push(turns.after_counted(false, false, most));
+        }
+        // Two whole intervals of round trip leave four of the six to rest.
+        assert_eq!(
+            &rests[DRY as usize - 1..],
+            [2, 4, MAX_REST - 2, MAX_REST - 2]
+        );
+        // A queue as long as the most: no rest at all.
+        turns.observe(ms(650));
+        assert_eq!(turns.after_counted(false, false, most), 0);
+    }
+}
