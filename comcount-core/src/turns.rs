@@ -130,6 +130,16 @@ mod tests {
         *range.end()
     }
 
+    /// The rests after `n` flushes in a row that bring no total, each after `round_trip`.
+    fn dry_rests(turns: &mut Turns, round_trip: Duration, n: u32) -> Vec<u32> {
+        (0..n)
+            .map(|_| {
+                turns.observe(round_trip);
+                turns.after_counted(false, false, most)
+            })
+            .collect()
+    }
+
     #[test]
     fn a_far_store_with_no_queue_never_rests() {
         let mut turns = Turns::new(ms(100));
@@ -144,11 +154,7 @@ mod tests {
     fn a_queue_longer_than_half_an_interval_lengthens_the_rest_up_to_the_most() {
         let mut turns = Turns::new(ms(100));
         turns.observe(ms(2));
-        let mut rests = Vec::new();
-        for _ in 0..DRY + 3 {
-            turns.observe(ms(80));
-            rests.push(turns.after_counted(false, false, most));
-        }
+        let rests = dry_rests(&mut turns, ms(80), DRY + 3);
         // A few flushes without a total are no reason to rest yet: the first may be the first
         // of a pair, and a pair may miss now and then.
         let mut expected = vec![0; DRY as usize - 1];
@@ -160,12 +166,9 @@ mod tests {
     fn replies_that_bring_a_total_shorten_the_rest_one_interval_each() {
         let mut turns = Turns::new(ms(100));
         turns.observe(ms(2));
-        for _ in 1..DRY {
-            turns.observe(ms(90));
-            assert_eq!(turns.after_counted(false, false, most), 0);
-        }
-        turns.observe(ms(90));
-        assert_eq!(turns.after_counted(false, false, most), 2);
+        let rests = dry_rests(&mut turns, ms(90), DRY);
+        assert_eq!(rests.last(), Some(&2));
+        assert!(rests[..DRY as usize - 1].iter().all(|rest| *rest == 0));
         // The first of a pair goes for the next interval at once, with or without a queue
         // under half an interval, and the second rests.
         turns.observe(ms(40));
@@ -219,10 +222,10 @@ mod tests {
             turns.observe(ms(120));
             turns.after_counted(true, true, most);
         }
-        for _ in 1..DRY {
-            turns.observe(ms(120));
-            assert_eq!(turns.after_counted(false, false, most), 0);
-        }
+        assert_eq!(
+            dry_rests(&mut turns, ms(120), DRY - 1),
+            vec![0; DRY as usize - 1]
+        );
         // And only the queue above the new least counts.
         turns.observe(ms(230));
         assert_eq!(turns.after_counted(false, false, most), 2);
@@ -232,11 +235,7 @@ mod tests {
     fn a_rest_and_the_round_trip_stay_within_the_most_together() {
         let mut turns = Turns::new(ms(100));
         turns.observe(ms(1));
-        let mut rests = Vec::new();
-        for _ in 0..DRY + 3 {
-            turns.observe(ms(250));
-            rests.push(turns.after_counted(false, false, most));
-        }
+        let rests = dry_rests(&mut turns, ms(250), DRY + 3);
         // Two whole intervals of round trip leave four of the six to rest.
         assert_eq!(
             &rests[DRY as usize - 1..],

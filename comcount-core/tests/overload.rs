@@ -308,40 +308,15 @@ fn lone_counters_ten_intervals_behind_a_queue_settle_half_of_what_it_serves() {
     assert!(run.starved.is_empty(), "never settled: {:?}", run.starved);
 }
 
-/// Two hundred and fifty lone counters, two and a half times what the store serves. A lone
-/// counter learns a total only from two flushes in consecutive intervals. Were every counter
-/// to keep a flush in the queue, each flush would wait two and a half intervals there and
-/// almost none would ever add to two in a row: 3 % of the samples knew a total. Taking turns,
-/// a counter rests a few intervals after a pair, the pairs land, and a quarter to a third of
-/// the samples know one.
-#[test]
-fn lone_counters_asking_more_than_the_store_serves_take_turns_and_know_a_total() {
-    let run = simulate(250, 1, 80, 20);
-    assert!(
-        run.settled * 10 >= run.capacity * 9,
-        "{} flushes settled, under 90% of the {} the store can serve (it served {})",
-        run.settled,
-        run.capacity,
-        run.served
-    );
-    assert!(run.starved.is_empty(), "never settled: {:?}", run.starved);
-    assert!(
-        run.longest <= INTERVAL * 10,
-        "a counter went {:?} without a settled flush",
-        run.longest
-    );
-    assert!(
-        run.known * 5 >= run.samples,
-        "the total was known in {} of {} samples",
-        run.known,
-        run.samples
-    );
-}
-
-/// Lone counters from as many as the store serves to four times as many. Wherever the load
-/// falls, the store stays busy with flushes that settle, no counter waits long for one, and
-/// taking turns costs no total below one and a half times the load, where each counter still
-/// adds to consecutive intervals often enough on its own.
+/// Lone counters from as many as the store serves to four times as many. A lone counter
+/// learns a total only from two flushes in consecutive intervals. Were every counter to keep a
+/// flush in the queue, each would wait longer than an interval there once the load passes
+/// twice what the store serves, and almost none would add to two in a row: at two and a half
+/// times, 3 % of the samples knew a total, and none at three. Taking turns, a counter rests a
+/// few intervals after a pair and the pairs land: a quarter of the samples know one at two and
+/// a half times, a tenth at three. Wherever the load falls, the store stays busy with flushes
+/// that settle, no counter waits long for one, and turns cost no total below one and a half
+/// times the load, where counters still add to consecutive intervals often enough on their own.
 #[test]
 fn lone_counters_at_any_load_keep_the_store_busy_and_each_flush_coming() {
     // Counters, and the least share of samples that must know a total.
@@ -350,7 +325,7 @@ fn lone_counters_at_any_load_keep_the_store_busy_and_each_flush_coming() {
         (120, 75),
         (150, 60),
         (200, 35),
-        (250, 15),
+        (250, 20),
         (300, 5),
         (400, 0),
     ] {
