@@ -214,7 +214,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                         interval: n,
                         learnt,
                     } => {
-                        let after_pair = added_before == n.checked_sub(1);
+                        let after_pair = n.checked_sub(1).is_some_and(|n| added_before == Some(n));
                         let spread = &mut self.spread;
                         let rest = self
                             .turns
