@@ -19,9 +19,9 @@
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-/// The longest rest, in intervals, less the whole intervals of the last round trip: a counter
-/// still gets a flush applied every eight intervals or so, however long the queue. Where the
-/// queue is too long for resting to shorten it, resting would only add to the wait.
+/// The longest rest, in intervals, less the whole intervals of the last round trip: resting
+/// adds no more than that to a counter's wait for its next flush, however long the queue.
+/// Where the queue is too long for resting to shorten it, resting would only add to the wait.
 pub(crate) const MAX_REST: u32 = 6;
 
 /// How many round trips one window of the least-round-trip estimate spans. The least is kept
