@@ -163,6 +163,15 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_of_exactly_half_an_interval_is_not_long() {
+        let mut turns = Turns::new(ms(100));
+        turns.observe(ms(2));
+        let rests = dry_rests(&mut turns, ms(52), DRY + 2);
+        assert_eq!(rests, vec![0; DRY as usize + 2]);
+        assert_eq!(dry_rests(&mut turns, ms(53), 1), [2]);
+    }
+
+    #[test]
     fn replies_that_bring_a_total_shorten_the_rest_one_interval_each() {
         let mut turns = Turns::new(ms(100));
         turns.observe(ms(2));
@@ -226,9 +235,10 @@ mod tests {
             dry_rests(&mut turns, ms(120), DRY - 1),
             vec![0; DRY as usize - 1]
         );
-        // And only the queue above the new least counts.
-        turns.observe(ms(230));
-        assert_eq!(turns.after_counted(false, false, most), 2);
+        // Only the queue above the new least counts: 160 ms is 40 over it, short...
+        assert_eq!(dry_rests(&mut turns, ms(160), 1), [0]);
+        // ... and 230 ms is 110 over it, long.
+        assert_eq!(dry_rests(&mut turns, ms(230), 1), [2]);
     }
 
     #[test]
