@@ -186,11 +186,17 @@ impl<K> Builder<K> {
         self
     }
 
-    /// How long an unanswered flush is resent, with the same sequence number and amount, before
-    /// its amount is dropped and `flush failed` reported. By default a tenth of the fence's
-    /// life (one minute for intervals up to 200 s); at most half of it.
+    /// How long copies of an unanswered flush are sent again, with the same sequence number and
+    /// amount. By default a tenth of the fence's life (one minute for intervals up to 200 s); at
+    /// most half of it.
     ///
-    /// `Duration::ZERO` drops the amount at the first failure, as the original design does.
+    /// The copies already sent are still awaited after the window: a flush is given up once it
+    /// has had no reply for the window, or for four intervals and four round trips if that is
+    /// longer, and `flush failed` then reports its amount as `unsettled`.
+    ///
+    /// `Duration::ZERO` sends no copy again for want of a reply, and drops the amount at the
+    /// first copy that fails on the way, as the original design does. A copy answered as a
+    /// wrong interval or fenced still goes again: nothing of it was counted.
     pub fn resend_window(mut self, window: Duration) -> Self {
         self.policy.resend_window = Some(window);
         self
