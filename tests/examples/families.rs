@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use comcount_core::Family;
 use comcount_core::clock::TokioTimer;
 use comcount_redis_rs::RedisStore;
-use comcount_tests::bench::{Quiet, evalsha_calls, info, redis_cpu, steal_ms, until_idle};
+use comcount_tests::bench::{Quiet, cores_apart, evalsha_calls, redis_cpu, steal_ms, until_idle};
 use comcount_tests::connect::manager_with;
 use comcount_tests::server::RedisServer;
 use redis::aio::ConnectionManager;
@@ -136,29 +136,6 @@ fn yield_to_redis() {
             .expect("renice runs");
         assert!(status.success(), "renice of thread {id:?}: {status}");
     }
-}
-
-/// Gives Redis a core of its own, as a server has in production: the server's threads on the
-/// last CPU, this process's on the others (`taskset`).
-async fn cores_apart(stats: &mut ConnectionManager) -> usize {
-    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    assert!(
-        cpus >= 2,
-        "--cores-apart needs two CPUs or more, this machine has {cpus}"
-    );
-    let redis = info(stats, "server").await;
-    let pid = redis.get("process_id").expect("INFO server has process_id");
-    let pin = |cpus: String, pid: &str| {
-        let status = std::process::Command::new("taskset")
-            .args(["-a", "-p", "-c", &cpus, pid])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("taskset runs");
-        assert!(status.success(), "taskset -c {cpus} of {pid}: {status}");
-    };
-    pin((cpus - 1).to_string(), pid);
-    pin(format!("0-{}", cpus - 2), &std::process::id().to_string());
-    cpus - 1
 }
 
 /// The script runs (`EVALSHA`) in the slow log, in microseconds, shortest first.

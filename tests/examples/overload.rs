@@ -34,8 +34,11 @@
 //! ```
 //!
 //! Flags: `--counters` (`2000,5000,10000,20000`), `--interval-ms` (100), `--warmup-s` (3),
-//! `--seconds` measured per setting (12), `--response-timeout-ms` (`none`). A run at the
-//! defaults takes about three minutes.
+//! `--seconds` measured per setting (12), `--response-timeout-ms` (`none`), and
+//! `--cores-apart`, which gives Redis a CPU of its own (the last) and this process the others,
+//! with `taskset`, as a server has in production: the closed loops and the sweep then measure
+//! the store's capacity and the counters' rate without the client taking Redis's CPU (on two
+//! CPUs, the client then has one). A run at the defaults takes about three minutes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -47,7 +50,9 @@ use comcount_core::{
     Counter, FlushReply, FlushRequest, KeySpace, Outcome, ParticipantId, Store, StoreError,
 };
 use comcount_redis_rs::RedisStore;
-use comcount_tests::bench::{Quiet, Rules, evalsha_calls, process_cpu, redis_cpu, until_idle};
+use comcount_tests::bench::{
+    Quiet, Rules, cores_apart, evalsha_calls, process_cpu, redis_cpu, until_idle,
+};
 use comcount_tests::connect::manager_with;
 use comcount_tests::server::RedisServer;
 use redis::aio::ConnectionManager;
@@ -67,6 +72,7 @@ struct Settings {
     warmup: Duration,
     window: Duration,
     response_timeout: Option<Duration>,
+    cores_apart: bool,
 }
 
 impl Settings {
@@ -77,8 +83,13 @@ impl Settings {
             warmup: Duration::from_secs(3),
             window: Duration::from_secs(12),
             response_timeout: None,
+            cores_apart: false,
         };
-        let args: Vec<String> = std::env::args().skip(1).collect();
+        let mut args: Vec<String> = std::env::args().skip(1).collect();
+        if let Some(at) = args.iter().position(|arg| arg == "--cores-apart") {
+            args.remove(at);
+            settings.cores_apart = true;
+        }
         for pair in args.chunks(2) {
             let value = pair.get(1).map(String::as_str).unwrap_or_default();
             let number = || -> u64 {
@@ -102,7 +113,7 @@ impl Settings {
                 }
                 flag => panic!(
                     "unknown flag {flag}; use --counters, --interval-ms, --warmup-s, --seconds, \
-                     --response-timeout-ms"
+                     --response-timeout-ms, --cores-apart"
                 ),
             }
         }
@@ -634,6 +645,10 @@ async fn main() {
         server.port(),
         load_average()
     );
+    if settings.cores_apart {
+        let core = cores_apart(&mut stats).await;
+        println!("Cores apart: Redis on CPU {core} alone, this process on the others");
+    }
     println!();
     let names = settings
         .counters

@@ -50,6 +50,29 @@ pub async fn info(stats: &mut impl ConnectionLike, section: &str) -> HashMap<Str
         .collect()
 }
 
+/// Gives Redis a core of its own, as a server has in production: the server's threads on the
+/// last CPU, this process's on the others (`taskset`). Returns Redis's CPU.
+pub async fn cores_apart(stats: &mut impl ConnectionLike) -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    assert!(
+        cpus >= 2,
+        "--cores-apart needs two CPUs or more, this machine has {cpus}"
+    );
+    let redis = info(stats, "server").await;
+    let pid = redis.get("process_id").expect("INFO server has process_id");
+    let pin = |cpus: String, pid: &str| {
+        let status = std::process::Command::new("taskset")
+            .args(["-a", "-p", "-c", &cpus, pid])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("taskset runs");
+        assert!(status.success(), "taskset -c {cpus} of {pid}: {status}");
+    };
+    pin((cpus - 1).to_string(), pid);
+    pin(format!("0-{}", cpus - 2), &std::process::id().to_string());
+    cpus - 1
+}
+
 /// The CPU time Redis has used, `used_cpu_sys + used_cpu_user`, in seconds.
 pub async fn redis_cpu(stats: &mut impl ConnectionLike) -> f64 {
     let cpu = info(stats, "cpu").await;
