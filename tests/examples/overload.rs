@@ -19,7 +19,9 @@
 //!    (counters × intervals), applied (`flush completed`), resent copies (copies of a flush
 //!    beyond its first), wrong-interval replies and error replies (counted in a wrapping
 //!    `Store`), Redis CPU per applied flush (`INFO cpu`), this process's CPU per applied flush
-//!    (`/proc/self/stat`; the closed loops print it too), the share of counters that know the
+//!    (`/proc/self/stat`; the closed loops print it too), polls of the counters' background
+//!    tasks per applied flush (each poll is a wake-up: two a flush at the least, one to send
+//!    and one for the reply), the share of counters that know the
 //!    group's total (sampled every 100 ms), the longest gap between two applied flushes of any
 //!    counter, and the applied rate against both capacities.
 //!
@@ -34,7 +36,9 @@
 //! ```
 //!
 //! Flags: `--counters` (`2000,5000,10000,20000`), `--interval-ms` (100), `--warmup-s` (3),
-//! `--seconds` measured per setting (12), `--response-timeout-ms` (`none`), and
+//! `--seconds` measured per setting (12), `--response-timeout-ms` (`none`),
+//! `--pipeline-buffer` (the commands the sweep's connection queues before a caller waits;
+//! `RedisStore::manager_config`'s 4096 unless given, redis-rs's own default is 50), and
 //! `--cores-apart`, which gives Redis a CPU of its own (the last) and this process the others,
 //! with `taskset`, as a server has in production: the closed loops and the sweep then measure
 //! the store's capacity and the counters' rate without the client taking Redis's CPU (on two
@@ -72,6 +76,8 @@ struct Settings {
     warmup: Duration,
     window: Duration,
     response_timeout: Option<Duration>,
+    /// The connection's pipeline buffer; `None` keeps `RedisStore::manager_config`'s.
+    pipeline_buffer: Option<usize>,
     cores_apart: bool,
 }
 
@@ -83,6 +89,7 @@ impl Settings {
             warmup: Duration::from_secs(3),
             window: Duration::from_secs(12),
             response_timeout: None,
+            pipeline_buffer: None,
             cores_apart: false,
         };
         let mut args: Vec<String> = std::env::args().skip(1).collect();
@@ -107,13 +114,14 @@ impl Settings {
                 "--interval-ms" => settings.interval = Duration::from_millis(number()),
                 "--warmup-s" => settings.warmup = Duration::from_secs(number()),
                 "--seconds" => settings.window = Duration::from_secs(number()),
+                "--pipeline-buffer" => settings.pipeline_buffer = Some(number() as usize),
                 "--response-timeout-ms" => {
                     settings.response_timeout =
                         (value != "none").then(|| Duration::from_millis(number()))
                 }
                 flag => panic!(
                     "unknown flag {flag}; use --counters, --interval-ms, --warmup-s, --seconds, \
-                     --response-timeout-ms, --cores-apart"
+                     --response-timeout-ms, --pipeline-buffer, --cores-apart"
                 ),
             }
         }
@@ -127,9 +135,16 @@ impl Settings {
 }
 
 /// One shared connection (a `ConnectionManager`: one multiplexed connection that reconnects)
-/// with the chosen response timeout.
-async fn connect(url: &str, response_timeout: Option<Duration>) -> ConnectionManager {
-    let config = RedisStore::manager_config().set_response_timeout(response_timeout);
+/// with the chosen response timeout and, if one is given, pipeline buffer.
+async fn connect(
+    url: &str,
+    response_timeout: Option<Duration>,
+    pipeline_buffer: Option<usize>,
+) -> ConnectionManager {
+    let mut config = RedisStore::manager_config().set_response_timeout(response_timeout);
+    if let Some(size) = pipeline_buffer {
+        config = config.set_pipeline_buffer_size(size);
+    }
     manager_with(url, config).await
 }
 
@@ -211,7 +226,7 @@ impl Load {
 
 /// Applied flushes per second when every reply is followed at once by the next flush.
 async fn capacity(url: &str, stats: &mut ConnectionManager, load: Load) -> Capacity {
-    let store = Arc::new(RedisStore::new(connect(url, None).await));
+    let store = Arc::new(RedisStore::new(connect(url, None, None).await));
     let report = Reporter::new("capacity", Arc::new(Quiet));
     // Call numbers go on from the last capacity loop, so that a fence left by one is behind
     // every sequence number of the next.
@@ -276,10 +291,12 @@ struct Tally {
     dropped: AtomicU64,
     unsettled: AtomicU64,
     slow_raised: AtomicU64,
+    /// Polls of the counters' background tasks.
+    polls: AtomicU64,
 }
 
 #[derive(Clone, Copy)]
-struct Reading([u64; 8]);
+struct Reading([u64; 9]);
 
 impl Tally {
     fn read(&self) -> Reading {
@@ -293,6 +310,7 @@ impl Tally {
                 &self.dropped,
                 &self.unsettled,
                 &self.slow_raised,
+                &self.polls,
             ]
             .map(|a| a.load(Ordering::Relaxed)),
         )
@@ -452,7 +470,7 @@ async fn run(
     n: usize,
     rules: Rules,
 ) -> Row {
-    let connection = connect(url, settings.response_timeout).await;
+    let connection = connect(url, settings.response_timeout, settings.pipeline_buffer).await;
     let tally = Arc::new(Tally::default());
     let gaps = Arc::new(Gaps::new(n));
     let prefix = format!("overload:{}:{n}:", rules.label());
@@ -475,7 +493,15 @@ async fn run(
             .configure(builder)
             .build(store, TokioTimer::new())
             .expect("valid settings");
-        tokio::spawn(worker);
+        let tally = Arc::clone(&tally);
+        tokio::spawn(async move {
+            let mut worker = std::pin::pin!(worker);
+            std::future::poll_fn(|cx| {
+                tally.polls.fetch_add(1, Ordering::Relaxed);
+                worker.as_mut().poll(cx)
+            })
+            .await
+        });
         counters.push(counter);
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -586,10 +612,10 @@ fn print_header(settings: &Settings) {
     );
     println!();
     println!(
-        "| counters | rule | asked/s | applied/s | applied/asked | applied/capacity | applied/one-key | copies/s | resent copies | wrong-interval replies | error replies | EVALSHA/s | Redis CPU µs/applied | client CPU µs/applied | total known | longest gap (p99 of counters) | dropped | unsettled | `round trip slow` raised |"
+        "| counters | rule | asked/s | applied/s | applied/asked | applied/capacity | applied/one-key | copies/s | resent copies | wrong-interval replies | error replies | EVALSHA/s | Redis CPU µs/applied | client CPU µs/applied | polls/applied | total known | longest gap (p99 of counters) | dropped | unsettled | `round trip slow` raised |"
     );
     println!(
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
 }
 
@@ -603,12 +629,13 @@ fn print_row(row: &Row, interval: Duration, capacity: f64, one_key: f64) {
         dropped,
         unsettled,
         slow,
+        polls,
     ] = row.counts.0;
     let per_s = |n: u64| n as f64 / row.seconds;
     let asked = row.counters as f64 / interval.as_secs_f64();
     let in_intervals = |ms: u64| ms as f64 / interval.as_millis() as f64;
     println!(
-        "| {} | {} | {:.0} | {:.0} | {:.1}% | {:.2} | {:.2} | {:.0} | {} ({:.1}%) | {} ({:.1}%) | {} | {:.0} | {:.1} | {:.1} | {:.1}% | {:.1} ({:.1}) intervals | {} | {} | {} |",
+        "| {} | {} | {:.0} | {:.0} | {:.1}% | {:.2} | {:.2} | {:.0} | {} ({:.1}%) | {} ({:.1}%) | {} | {:.0} | {:.1} | {:.1} | {:.2} | {:.1}% | {:.1} ({:.1}) intervals | {} | {} | {} |",
         row.counters,
         row.rules.label(),
         asked,
@@ -625,6 +652,7 @@ fn print_row(row: &Row, interval: Duration, capacity: f64, one_key: f64) {
         per_s(row.evalsha),
         row.redis_cpu * 1e6 / applied.max(1) as f64,
         row.client_cpu * 1e6 / applied.max(1) as f64,
+        polls as f64 / applied.max(1) as f64,
         100.0 * row.known,
         in_intervals(row.longest_gap_ms),
         in_intervals(row.p99_gap_ms),
@@ -639,7 +667,7 @@ async fn main() {
     let settings = Settings::from_args();
     let server = RedisServer::standalone();
     let url = server.url();
-    let mut stats = connect(&url, Some(Duration::from_secs(30))).await;
+    let mut stats = connect(&url, Some(Duration::from_secs(30)), None).await;
     println!(
         "Redis 127.0.0.1:{}, load average {} at the start",
         server.port(),
