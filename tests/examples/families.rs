@@ -34,7 +34,9 @@ use std::time::{Duration, Instant};
 use comcount_core::Family;
 use comcount_core::clock::TokioTimer;
 use comcount_redis_rs::RedisStore;
-use comcount_tests::bench::{Quiet, cores_apart, evalsha_calls, redis_cpu, steal_ms, until_idle};
+use comcount_tests::bench::{
+    Quiet, cores_apart, evalsha_calls, redis_cpu, steal_ms, take_flag, until_idle,
+};
 use comcount_tests::connect::manager_with;
 use comcount_tests::server::RedisServer;
 use redis::aio::ConnectionManager;
@@ -68,14 +70,8 @@ impl Settings {
             cores_apart: false,
         };
         let mut args: Vec<String> = std::env::args().skip(1).collect();
-        if let Some(at) = args.iter().position(|arg| arg == "--redis-first") {
-            args.remove(at);
-            settings.redis_first = true;
-        }
-        if let Some(at) = args.iter().position(|arg| arg == "--cores-apart") {
-            args.remove(at);
-            settings.cores_apart = true;
-        }
+        settings.redis_first = take_flag(&mut args, "--redis-first");
+        settings.cores_apart = take_flag(&mut args, "--cores-apart");
         for pair in args.chunks(2) {
             let value = pair.get(1).map(String::as_str).unwrap_or_default();
             let number = || -> u64 {

@@ -55,7 +55,7 @@ use comcount_core::{
 };
 use comcount_redis_rs::RedisStore;
 use comcount_tests::bench::{
-    Quiet, Rules, cores_apart, evalsha_calls, process_cpu, redis_cpu, until_idle,
+    Quiet, Rules, cores_apart, evalsha_calls, process_cpu, redis_cpu, take_flag, until_idle,
 };
 use comcount_tests::connect::manager_with;
 use comcount_tests::server::RedisServer;
@@ -93,10 +93,7 @@ impl Settings {
             cores_apart: false,
         };
         let mut args: Vec<String> = std::env::args().skip(1).collect();
-        if let Some(at) = args.iter().position(|arg| arg == "--cores-apart") {
-            args.remove(at);
-            settings.cores_apart = true;
-        }
+        settings.cores_apart = take_flag(&mut args, "--cores-apart");
         for pair in args.chunks(2) {
             let value = pair.get(1).map(String::as_str).unwrap_or_default();
             let number = || -> u64 {

@@ -50,6 +50,12 @@ pub async fn info(stats: &mut impl ConnectionLike, section: &str) -> HashMap<Str
         .collect()
 }
 
+/// Takes a flag without a value (`--cores-apart`) out of `args`; whether it was there.
+pub fn take_flag(args: &mut Vec<String>, flag: &str) -> bool {
+    let at = args.iter().position(|arg| arg == flag);
+    at.map(|at| args.remove(at)).is_some()
+}
+
 /// Gives Redis a core of its own, as a server has in production: the server's threads on the
 /// last CPU, this process's on the others (`taskset`). Returns Redis's CPU.
 pub async fn cores_apart(stats: &mut impl ConnectionLike) -> usize {
