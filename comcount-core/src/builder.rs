@@ -221,8 +221,7 @@ impl<K> Builder<K> {
         timer: T,
     ) -> (Arc<Lifetime>, Worker) {
         let clock: Arc<dyn Clock> = Arc::new(timer.clone());
-        let (shared, stopped) = Shared::new(Arc::clone(&settings.name), keys, clock);
-        let shared = Arc::new(shared);
+        let shared = Arc::new(Shared::new(Arc::clone(&settings.name), keys, clock));
         let tick = Tick {
             first_seq: sequence::first(SystemClock.now()),
             alarm: SharedAlarm::new(settings.interval),
@@ -233,7 +232,7 @@ impl<K> Builder<K> {
             timer,
             settings,
         };
-        (Arc::new(Lifetime(shared)), Worker::new(tick, stopped))
+        (Arc::new(Lifetime(shared)), Worker::new(tick))
     }
 }
 

@@ -34,7 +34,7 @@ use crate::slow_alarm::SharedAlarm;
 use crate::store::{FlushRequest, Outcome, Store};
 use crate::timing::Timing;
 use crate::turns::Turns;
-use crate::watch::{Stop, Watch, stale_after};
+use crate::watch::{Watch, stale_after};
 use crate::worker::Tick;
 
 /// How many wrong-interval replies in a row a flush may get before it waits for the next
@@ -43,6 +43,8 @@ const MAX_WRONG_IN_A_ROW: u32 = 3;
 
 pub(crate) struct Flusher<S, T> {
     shared: Arc<Shared>,
+    /// Which of the family's partitions this loop flushes (0 for a counter).
+    partition: u32,
     store: Arc<S>,
     timer: T,
     settings: Settings,
@@ -162,6 +164,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 .with_fence_ttl_ms(settings.fence_ttl_ms),
             ),
             last_added: None,
+            partition,
             spread: fastrand::Rng::with_seed(participant.as_u64() ^ (u64::from(partition) << 32)),
             shared: Arc::clone(shared),
             store: Arc::clone(store),
@@ -172,17 +175,19 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     }
 
     /// Waits for the first increment, then flushes, pauses and flushes again until stopped.
-    pub(crate) async fn run(&mut self, stop: &mut Stop) -> Option<()> {
-        self.watch.until(self.shared.started(), stop).await?;
+    pub(crate) async fn run(&mut self) -> Option<()> {
+        self.watch
+            .until(self.shared.started(self.partition))
+            .await?;
         loop {
-            let settled = self.flush(stop).await?;
+            let settled = self.flush().await?;
             self.batch.release(Arc::make_mut(&mut self.request));
             let added_before = self.last_added;
             if let Settled::Counted { interval, .. } = settled {
                 self.last_added = self.last_added.max(Some(interval));
             }
             let pause = self.pause(&settled, added_before);
-            self.watch.until(self.timer.sleep(pause), stop).await?;
+            self.watch.until(self.timer.sleep(pause)).await?;
         }
     }
 
@@ -235,16 +240,16 @@ impl<S: Store, T: Timer> Flusher<S, T> {
 
     /// Takes the buffers as one new flush and keeps at it until it is settled; `None` once the
     /// counter is closed.
-    async fn flush(&mut self, stop: &mut Stop) -> Option<Settled> {
+    async fn flush(&mut self) -> Option<Settled> {
         let mut flight = std::mem::take(&mut self.flight);
-        let settled = self.fly(stop, &mut flight).await;
+        let settled = self.fly(&mut flight).await;
         flight.clear();
         self.flight = flight;
         settled
     }
 
     /// Flies one new flush of the buffers in `flight`, cleared.
-    async fn fly(&mut self, stop: &mut Stop, flight: &mut Flight) -> Option<Settled> {
+    async fn fly(&mut self, flight: &mut Flight) -> Option<Settled> {
         let ages = self.ages();
         self.shared.epoch.fetch_max(ages.epoch, Relaxed);
         let Self {
@@ -299,7 +304,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             let sleep = self.timer.sleep(wait);
             let woke = self
                 .watch
-                .until(first_of(flight.next_answer(), sleep), stop)
+                .until(first_of(flight.next_answer(), sleep))
                 .await;
             match woke {
                 None => return self.closed(flight),

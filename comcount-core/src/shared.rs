@@ -4,10 +4,9 @@ use std::future::poll_fn;
 use std::panic::RefUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::channel::oneshot;
 use futures::task::AtomicWaker;
 
 use crate::clock::Clock;
@@ -25,38 +24,38 @@ pub(crate) struct Shared {
     /// looked up.
     pub(crate) epoch: AtomicU64,
     started: AtomicBool,
-    start: StartWaker,
-    /// The background task's stop signal, until the counter is closed. Whatever the task sends
-    /// to the store, it sends while holding this lock and seeing the signal still there, so
-    /// that nothing is sent once [`close`](Shared::close) has returned.
-    open: Mutex<Option<oneshot::Sender<()>>>,
+    /// Set once, by [`close`](Shared::close), while holding `gate`.
+    closed: AtomicBool,
+    /// Whatever the background task sends to the store, it sends while holding this lock and
+    /// seeing `closed` still unset, so that nothing is sent once
+    /// [`close`](Shared::close) has returned.
+    gate: Mutex<()>,
+    /// Each flush loop's waker, woken on the first increment and on close.
+    loops: LoopWakers,
 }
 
 impl Shared {
-    /// The shared state, and the receiving end of its stop signal for the background task.
-    pub(crate) fn new(
-        name: Arc<str>,
-        keys: Registry,
-        clock: Arc<dyn Clock>,
-    ) -> (Self, oneshot::Receiver<()>) {
-        let (stop, stopped) = oneshot::channel();
-        let shared = Self {
+    pub(crate) fn new(name: Arc<str>, keys: Registry, clock: Arc<dyn Clock>) -> Self {
+        let loops = LoopWakers::new(keys.partitions());
+        Self {
             name,
             keys,
             clock: WorkerClock(clock),
             epoch: AtomicU64::new(0),
             started: AtomicBool::new(false),
-            start: StartWaker(AtomicWaker::new()),
-            open: Mutex::new(Some(stop)),
-        };
-        (shared, stopped)
+            closed: AtomicBool::new(false),
+            gate: Mutex::new(()),
+            loops,
+        }
     }
 
     /// Stops the background task for good: nothing is sent to the store after this returns,
     /// and no group total is known any more.
     pub(crate) fn close(&self) {
-        let sender = self.lock_open().take();
-        drop(sender);
+        let gate = self.lock_gate();
+        self.closed.store(true, Ordering::Release);
+        drop(gate);
+        self.loops.wake_all();
         self.forget_totals();
     }
 
@@ -72,19 +71,29 @@ impl Shared {
 
     /// Whether [`close`](Shared::close) was called.
     pub(crate) fn is_closed(&self) -> bool {
-        self.lock_open().is_none()
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Whether [`close`](Shared::close) was called; otherwise the flush loop of `partition`
+    /// is woken when it is.
+    pub(crate) fn poll_closed(&self, partition: u32, cx: &mut Context<'_>) -> bool {
+        if self.is_closed() {
+            return true;
+        }
+        self.loops.register(partition, cx);
+        self.is_closed()
     }
 
     /// Runs `f` unless the counter is closed, and keeps it from closing meanwhile.
     pub(crate) fn while_open<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
-        let open = self.lock_open();
-        let result = open.is_some().then(f);
-        drop(open);
+        let gate = self.lock_gate();
+        let result = (!self.closed.load(Ordering::Relaxed)).then(f);
+        drop(gate);
         result
     }
 
-    fn lock_open(&self) -> MutexGuard<'_, Option<oneshot::Sender<()>>> {
-        self.open
+    fn lock_gate(&self) -> MutexGuard<'_, ()> {
+        self.gate
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -111,17 +120,18 @@ impl Shared {
         // Once set, the flag is only read: an add that finds a key's buffer empty (its first
         // after each flush, or an add of 0) costs a read of a line that every core keeps.
         if !self.started.load(Ordering::Relaxed) && !self.started.swap(true, Ordering::AcqRel) {
-            self.start.0.wake();
+            self.loops.wake_all();
         }
     }
 
-    /// Completes once the first increment has happened.
-    pub(crate) async fn started(&self) {
+    /// Completes once the first increment has happened; `partition` names the flush loop
+    /// that waits.
+    pub(crate) async fn started(&self, partition: u32) {
         poll_fn(|cx| {
             if self.started.load(Ordering::Acquire) {
                 return Poll::Ready(());
             }
-            self.start.0.register(cx.waker());
+            self.loops.register(partition, cx);
             if self.started.load(Ordering::Acquire) {
                 Poll::Ready(())
             } else {
@@ -132,7 +142,13 @@ impl Shared {
     }
 }
 
-/// Wakes the background task on the first increment.
+/// The waker of each partition's flush loop, woken on the first increment and on close: one
+/// each, since a family's loops may be polled apart (a join of many wakes only the loop whose
+/// waker it is).
+///
+/// The first is kept inline: it is the only one a counter has, and a loop looks at it on each
+/// of its wakes, so it sits beside the rest of the shared state rather than on another
+/// allocation.
 ///
 /// `AtomicWaker` keeps its waker in an `UnsafeCell`, so it is not `RefUnwindSafe`, and neither
 /// would be the handles that share it. Asserting it here is sound, since no panic leaves it in
@@ -145,9 +161,39 @@ impl Shared {
 /// one step, and a mutex read through its poison. The handles' own panics (an amount refused)
 /// come before anything is counted.
 #[derive(Debug)]
-struct StartWaker(AtomicWaker);
+struct LoopWakers {
+    first: AtomicWaker,
+    rest: Box<[AtomicWaker]>,
+}
 
-impl RefUnwindSafe for StartWaker {}
+impl RefUnwindSafe for LoopWakers {}
+
+impl LoopWakers {
+    fn new(partitions: u32) -> Self {
+        let rest = (1..partitions.max(1)).map(|_| AtomicWaker::new()).collect();
+        Self {
+            first: AtomicWaker::new(),
+            rest,
+        }
+    }
+
+    /// Registers the waker of the loop of `partition`.
+    fn register(&self, partition: u32, cx: &mut Context<'_>) {
+        let waker = match partition.checked_sub(1) {
+            None => Some(&self.first),
+            Some(i) => self.rest.get(i as usize),
+        };
+        debug_assert!(waker.is_some(), "partition {partition} out of range");
+        if let Some(waker) = waker {
+            waker.register(cx.waker());
+        }
+    }
+
+    fn wake_all(&self) {
+        self.first.wake();
+        self.rest.iter().for_each(AtomicWaker::wake);
+    }
+}
 
 /// The worker's timer, as a clock the handles read.
 struct WorkerClock(Arc<dyn Clock>);

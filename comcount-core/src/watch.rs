@@ -1,63 +1,15 @@
-//! Waiting on anything while watching for two other things: the counter being stopped, and the
+//! Waiting on anything while watching for two other things: the counter being closed, and the
 //! group's totals going stale.
 
 use std::future::{Future, poll_fn};
 use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
-
-use futures::FutureExt;
-use futures::channel::oneshot;
-use futures::future;
 
 use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
 use crate::shared::Shared;
-
-/// The stop signal, as a partition's flush loop watches it: ready once the stop channel's sender
-/// has sent or is gone, and ready from then on.
-pub(crate) struct Stop {
-    signal: Signal,
-    stopped: bool,
-}
-
-enum Signal {
-    /// The one flush loop of a counter owns the receiver: it is polled on every wake of the
-    /// loop, and a shared one costs a lock and a waker list each time.
-    Alone(oneshot::Receiver<()>),
-    /// The flush loops of a family's partitions share it.
-    Shared(future::Shared<oneshot::Receiver<()>>),
-}
-
-impl Stop {
-    /// The signal for a single flush loop.
-    pub(crate) fn alone(receiver: oneshot::Receiver<()>) -> Self {
-        Self {
-            signal: Signal::Alone(receiver),
-            stopped: false,
-        }
-    }
-
-    /// The signal for one of several flush loops.
-    pub(crate) fn shared(receiver: future::Shared<oneshot::Receiver<()>>) -> Self {
-        Self {
-            signal: Signal::Shared(receiver),
-            stopped: false,
-        }
-    }
-
-    /// Whether the stop has come; otherwise `cx` is woken when it does.
-    fn poll_stopped(&mut self, cx: &mut Context<'_>) -> bool {
-        if !self.stopped {
-            self.stopped = match &mut self.signal {
-                Signal::Alone(receiver) => receiver.poll_unpin(cx).is_ready(),
-                Signal::Shared(receiver) => receiver.poll_unpin(cx).is_ready(),
-            };
-        }
-        self.stopped
-    }
-}
 
 /// Keeps how fresh a partition's totals are. Totals that nothing refreshed for two intervals
 /// become unknown, whatever the background task is busy with: a hanging flush included.
@@ -117,20 +69,17 @@ impl<T: Timer> Watch<T> {
         }
     }
 
-    /// Awaits `future`, or returns `None` once the counter is stopped. Meanwhile the total goes
+    /// Awaits `future`, or returns `None` once the counter is closed. Meanwhile the total goes
     /// stale when its time comes.
-    pub(crate) async fn until<F: Future>(
-        &mut self,
-        future: F,
-        stop: &mut Stop,
-    ) -> Option<F::Output> {
+    pub(crate) async fn until<F: Future>(&mut self, future: F) -> Option<F::Output> {
         let mut future = pin!(future);
         loop {
             let stale_in = self.stale_at.map(|at| at.saturating_sub(self.timer.now()));
             let mut stale = pin!(stale_in.map(|d| self.timer.sleep(d)));
+            let (shared, partition) = (&self.shared, self.partition);
             let woke = poll_fn(|cx| {
-                // The stop first: once stopped, nothing more of the future may run.
-                if stop.poll_stopped(cx) {
+                // The stop first: once closed, nothing more of the future may run.
+                if shared.poll_closed(partition, cx) {
                     return Poll::Ready(Woke::Stopped);
                 }
                 if let Poll::Ready(output) = future.as_mut().poll(cx) {

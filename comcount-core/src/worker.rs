@@ -6,8 +6,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::FutureExt;
-use futures::channel::oneshot;
 use futures::future::join_all;
 
 use crate::clock::Timer;
@@ -17,7 +15,6 @@ use crate::settings::Settings;
 use crate::shared::Shared;
 use crate::slow_alarm::SharedAlarm;
 use crate::store::{ParticipantId, Store};
-use crate::watch::Stop;
 
 /// The background task of a [`Counter`](crate::Counter) or a [`Family`](crate::Family): a
 /// future to spawn on any executor.
@@ -45,12 +42,9 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub(crate) fn new<S: Store, T: Timer>(
-        tick: Tick<S, T>,
-        stopped: oneshot::Receiver<()>,
-    ) -> Self {
+    pub(crate) fn new<S: Store, T: Timer>(tick: Tick<S, T>) -> Self {
         Self {
-            future: Box::pin(tick.run(stopped)),
+            future: Box::pin(tick.run()),
         }
     }
 
@@ -104,7 +98,7 @@ impl Drop for ForgetTotalsOnExit {
 }
 
 impl<S: Store, T: Timer> Tick<S, T> {
-    async fn run(self, stop: oneshot::Receiver<()>) {
+    async fn run(self) {
         let Tick {
             shared,
             store,
@@ -141,14 +135,12 @@ impl<S: Store, T: Timer> Tick<S, T> {
         if partitions == 1 {
             // A counter, or a family of one partition: its flush loop alone, without a join
             // to poll it through.
-            Flusher::new(&tick, 0).run(&mut Stop::alone(stop)).await;
+            Flusher::new(&tick, 0).run().await;
         } else {
-            let stop = stop.shared();
             join_all((0..partitions).map(|partition| {
                 let mut flusher = Flusher::new(&tick, partition);
-                let mut stop = Stop::shared(stop.clone());
                 async move {
-                    flusher.run(&mut stop).await;
+                    flusher.run().await;
                 }
             }))
             .await;

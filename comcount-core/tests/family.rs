@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::{Future, ready};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -249,6 +249,43 @@ fn one_flush_per_partition_and_interval_whatever_the_number_of_keys() {
             assert_eq!(bench.store.counted(name), 10, "{keys} keys: {name}");
         }
     }
+}
+
+/// More partitions than a join polls together: each partition's flush loop is woken on its
+/// own, so each must be told of the first increment (and of close) on its own.
+#[test]
+fn every_partition_of_a_wide_family_flushes() {
+    const PARTITIONS: u32 = 64;
+    let mut bench = Bench::new();
+    let (family, done) = bench.family(builder("wide").partitions(PARTITIONS));
+    let names: Vec<String> = (0..1_000).map(|i| format!("key-{i}")).collect();
+    for n in 0..4 {
+        bench.run_until(INTERVAL * n + ms(100));
+        for name in &names {
+            family.increment(name, 1);
+        }
+    }
+    bench.run_until(INTERVAL * 6);
+    let flushed: HashSet<KeySpace> = bench
+        .store
+        .calls()
+        .into_iter()
+        .filter(|call| call.applied)
+        .map(|call| call.request.space)
+        .collect();
+    let missing: Vec<u32> = (0..PARTITIONS)
+        .filter(|&p| !flushed.contains(&KeySpace::partition("", "wide", p)))
+        .collect();
+    assert!(missing.is_empty(), "partitions never flushed: {missing:?}");
+    for name in &names {
+        assert_eq!(bench.store.counted(name), 4, "{name}");
+    }
+    family.close();
+    bench.run_until(INTERVAL * 7);
+    assert!(
+        done.load(Ordering::SeqCst),
+        "every partition's loop ends on close"
+    );
 }
 
 #[test]
