@@ -13,13 +13,10 @@
 //! cannot be known.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::pin;
+use std::future::pending;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
-
-use futures::future::{Either, select};
 
 use crate::aim::Aim;
 use crate::batch::{Ages, Batch};
@@ -34,7 +31,7 @@ use crate::slow_alarm::SharedAlarm;
 use crate::store::{FlushRequest, Outcome, Store};
 use crate::timing::Timing;
 use crate::turns::Turns;
-use crate::watch::{Watch, stale_after};
+use crate::watch::{Waited, Watch, stale_after};
 use crate::worker::Tick;
 
 /// How many wrong-interval replies in a row a flush may get before it waits for the next
@@ -177,7 +174,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     /// Waits for the first increment, then flushes, pauses and flushes again until stopped.
     pub(crate) async fn run(&mut self) -> Option<()> {
         self.watch
-            .until(self.shared.started(self.partition))
+            .until(self.shared.started(self.partition), None)
             .await?;
         loop {
             let settled = self.flush().await?;
@@ -186,8 +183,8 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             if let Settled::Counted { interval, .. } = settled {
                 self.last_added = self.last_added.max(Some(interval));
             }
-            let pause = self.pause(&settled, added_before);
-            self.watch.until(self.timer.sleep(pause)).await?;
+            let resume_at = self.timer.now() + self.pause(&settled, added_before);
+            self.watch.until(pending::<()>(), Some(resume_at)).await?;
         }
     }
 
@@ -300,20 +297,16 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             if !flight.awaiting() && plan.next_copy.is_none() {
                 return Some(self.conclude(flight, plan));
             }
-            let wait = self.next_wake(flight, &plan, started).saturating_sub(now);
-            let sleep = self.timer.sleep(wait);
-            let woke = self
-                .watch
-                .until(first_of(flight.next_answer(), sleep))
-                .await;
+            let wake_at = self.next_wake(flight, &plan, started);
+            let woke = self.watch.until(flight.next_answer(), Some(wake_at)).await;
             match woke {
                 None => return self.closed(flight),
-                Some(Some(answer)) => {
+                Some(Waited::Done(answer)) => {
                     if let Some(settled) = self.take(answer, flight, &mut plan) {
                         return Some(settled);
                     }
                 }
-                Some(None) => {
+                Some(Waited::Deadline) => {
                     if self.timed_out(flight, &mut plan, started) {
                         return Some(self.conclude(flight, plan));
                     }
@@ -624,18 +617,6 @@ impl<S: Store, T: Timer> Flusher<S, T> {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Awaits `answer` or `deadline`, whichever comes first: `None` for the deadline.
-async fn first_of<A, D>(answer: A, deadline: D) -> Option<Answer>
-where
-    A: Future<Output = Answer>,
-    D: Future<Output = ()>,
-{
-    match select(pin!(answer), pin!(deadline)).await {
-        Either::Left((answer, _)) => Some(answer),
-        Either::Right(((), _)) => None,
-    }
 }
 
 /// Pauses between copies of a flush that failed at once: from a fiftieth of the interval,

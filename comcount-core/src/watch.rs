@@ -32,7 +32,15 @@ pub(crate) struct Watch<T> {
 enum Woke<O> {
     Done(O),
     Stopped,
-    Stale,
+    Alarm,
+}
+
+/// How a wait that the counter's close did not cut ended.
+pub(crate) enum Waited<O> {
+    /// The future awaited completed.
+    Done(O),
+    /// The deadline came first.
+    Deadline,
 }
 
 impl<T: Timer> Watch<T> {
@@ -69,13 +77,19 @@ impl<T: Timer> Watch<T> {
         }
     }
 
-    /// Awaits `future`, or returns `None` once the counter is closed. Meanwhile the total goes
-    /// stale when its time comes.
-    pub(crate) async fn until<F: Future>(&mut self, future: F) -> Option<F::Output> {
+    /// Awaits `future` until `deadline` (on the timer; `None` for none), or returns `None` once
+    /// the counter is closed. Meanwhile the total goes stale when its time comes: one timer
+    /// serves the deadline and the staleness, whichever is first.
+    pub(crate) async fn until<F: Future>(
+        &mut self,
+        future: F,
+        deadline: Option<Duration>,
+    ) -> Option<Waited<F::Output>> {
         let mut future = pin!(future);
         loop {
-            let stale_in = self.stale_at.map(|at| at.saturating_sub(self.timer.now()));
-            let mut stale = pin!(stale_in.map(|d| self.timer.sleep(d)));
+            let wake_at = deadline.into_iter().chain(self.stale_at).min();
+            let now = self.timer.now();
+            let mut alarm = pin!(wake_at.map(|at| self.timer.sleep(at.saturating_sub(now))));
             let (shared, partition) = (&self.shared, self.partition);
             let woke = poll_fn(|cx| {
                 // The stop first: once closed, nothing more of the future may run.
@@ -85,16 +99,25 @@ impl<T: Timer> Watch<T> {
                 if let Poll::Ready(output) = future.as_mut().poll(cx) {
                     return Poll::Ready(Woke::Done(output));
                 }
-                match stale.as_mut().as_pin_mut().map(|s| s.poll(cx)) {
-                    Some(Poll::Ready(())) => Poll::Ready(Woke::Stale),
+                match alarm.as_mut().as_pin_mut().map(|s| s.poll(cx)) {
+                    Some(Poll::Ready(())) => Poll::Ready(Woke::Alarm),
                     _ => Poll::Pending,
                 }
             })
             .await;
-            match woke {
-                Woke::Done(output) => return Some(output),
-                Woke::Stopped => return None,
-                Woke::Stale => self.go_stale(),
+            match (woke, wake_at) {
+                (Woke::Done(output), _) => return Some(Waited::Done(output)),
+                (Woke::Stopped, _) => return None,
+                (Woke::Alarm, Some(at)) => {
+                    if self.stale_at.is_some_and(|stale_at| stale_at <= at) {
+                        self.go_stale();
+                    }
+                    if deadline.is_some_and(|deadline| deadline <= at) {
+                        return Some(Waited::Deadline);
+                    }
+                }
+                // No alarm is set without a time to wake at.
+                (Woke::Alarm, None) => {}
             }
         }
     }
