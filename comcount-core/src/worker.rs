@@ -6,7 +6,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::future::join_all;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 
 use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
@@ -137,13 +138,18 @@ impl<S: Store, T: Timer> Tick<S, T> {
             // to poll it through.
             Flusher::new(&tick, 0).run().await;
         } else {
-            join_all((0..partitions).map(|partition| {
-                let mut flusher = Flusher::new(&tick, partition);
-                async move {
-                    flusher.run().await;
-                }
-            }))
-            .await;
+            // Each loop is polled when its own waker fires: a join that polls every child on
+            // any wake (as `join_all` does up to 30) would poll all the partitions for the
+            // answer of one.
+            let mut loops: FuturesUnordered<_> = (0..partitions)
+                .map(|partition| {
+                    let mut flusher = Flusher::new(&tick, partition);
+                    async move {
+                        flusher.run().await;
+                    }
+                })
+                .collect();
+            while loops.next().await.is_some() {}
         }
         let report = tick.report;
         report.emit(Event::CounterStopped);

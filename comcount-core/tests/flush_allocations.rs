@@ -57,7 +57,9 @@ fn allocations_per_flush(answers: Answers) -> f64 {
         .diagnostics(Completed(Arc::clone(&flushes)))
         .build(store, clock.clone())
         .expect("valid settings");
-    let mut stepped = Stepped::new(counter, worker, clock, INTERVAL);
+    let mut stepped = Stepped::new(worker, clock, INTERVAL, move || {
+        counter.increment(1);
+    });
     stepped.run(FLUSHES);
     let (region, before) = (Region::new(GLOBAL), flushes.load(Relaxed));
     stepped.run(FLUSHES);

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use comcount_core::clock::{Clock, VirtualClock};
 use comcount_core::diagnostics::{Diagnostics, Event, Reporter};
-use comcount_core::{Counter, FlushReply, FlushRequest, Outcome, Store, StoreError, Worker};
+use comcount_core::{FlushReply, FlushRequest, Outcome, Store, StoreError, Worker};
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 
@@ -87,17 +87,22 @@ impl Diagnostics for Completed {
     }
 }
 
-/// A counter and its worker on a local pool, on virtual time: incremented before each of the
-/// worker's wakes.
+/// A worker on a local pool, on virtual time, with `touch` (an increment) called before each
+/// of its wakes.
 pub struct Stepped {
-    pub counter: Counter,
+    touch: Box<dyn FnMut()>,
     clock: VirtualClock,
     pool: LocalPool,
     interval: Duration,
 }
 
 impl Stepped {
-    pub fn new(counter: Counter, worker: Worker, clock: VirtualClock, interval: Duration) -> Self {
+    pub fn new(
+        worker: Worker,
+        clock: VirtualClock,
+        interval: Duration,
+        touch: impl FnMut() + 'static,
+    ) -> Self {
         let pool = LocalPool::new();
         pool.spawner()
             .spawn_local(async move {
@@ -105,7 +110,7 @@ impl Stepped {
             })
             .expect("the pool takes the worker");
         Self {
-            counter,
+            touch: Box::new(touch),
             clock,
             pool,
             interval,
@@ -116,7 +121,7 @@ impl Stepped {
     pub fn run(&mut self, intervals: u64) {
         let until = self.clock.now() + self.interval * intervals as u32;
         loop {
-            self.counter.increment(1);
+            (self.touch)();
             self.pool.run_until_stalled();
             match self.clock.next_wake() {
                 Some(at) if at <= until => self.clock.advance_to(at),
