@@ -19,7 +19,9 @@ use crate::tally::Refusal;
 /// closed interval and this participant's unsent amount for it. A key comes into being on
 /// its first increment (or [`counter`](Family::counter)), and is evicted after a while without use (see
 /// [`Builder::evict_after`](crate::builder::Builder::evict_after)). The family's [`Worker`](crate::Worker)
-/// sends all its keys in one flush per partition and interval, instead of one per key.
+/// sends all its keys in one flush per partition and interval, instead of one per key. It
+/// starts on the family's first increment, of any key (`increment(key, 0)` is enough): a
+/// participant that only takes handles and reads totals sends nothing, and learns none.
 ///
 /// Cheap to clone; clones count into the same keys.
 ///
@@ -121,8 +123,9 @@ impl Family {
     }
 
     /// A handle on `key`, added if new, that counts for it as a [`Counter`](crate::Counter)
-    /// does: at the same speed, with no lookup. The key is flushed every interval and never
-    /// evicted while a handle on it lives.
+    /// does: at the same speed, with no lookup. Once the family has started flushing (on its
+    /// first increment), the key is flushed every interval and never evicted while a handle on
+    /// it lives.
     ///
     /// # Errors
     ///
