@@ -26,6 +26,8 @@ pub(crate) struct Batch {
     slots: Vec<Arc<Slot>>,
     /// Where the next flush starts, when the last could not take every key.
     cursor: usize,
+    /// The interval number the last flush of the partition was taken in.
+    last_epoch: Option<u64>,
 }
 
 /// When a key is evicted, and when its total is too old to keep.
@@ -48,6 +50,7 @@ impl Batch {
             partition,
             slots: Vec::new(),
             cursor: 0,
+            last_epoch: None,
         }
     }
 
@@ -59,17 +62,24 @@ impl Batch {
             partition,
             slots,
             cursor,
+            last_epoch,
         } = self;
         slots.clear();
         request.entries.clear();
         let keys = &shared.keys;
         // A lookup notes the interval the flushes last ran in, which lags the one it happens
-        // in by up to an interval: a key is idle once more than `after` intervals have passed
-        // since, so that it is never evicted sooner than `after` after its last use, nor
-        // before the next flush brings the total of a key just looked up.
+        // in by up to an interval while the flushes go out every interval, and by more when
+        // they are far apart (a store down, a counter resting). A key looked up since the
+        // partition's last flush was taken is in use, however long ago that was: it goes in
+        // this flush, for its total. Otherwise it is idle once more than `after` intervals
+        // have passed since its last lookup, so that it is never evicted sooner than `after`
+        // after its last use.
+        let since_last_flush = |slot: &Slot| last_epoch.is_some_and(|e| slot.last_asked() >= e);
         let idle = |slot: &Slot| match ages.evict_after {
             Some(after) => {
-                slot.buffer.get() == 0 && ages.epoch.saturating_sub(slot.last_asked()) > after
+                slot.buffer.get() == 0
+                    && !since_last_flush(slot)
+                    && ages.epoch.saturating_sub(slot.last_asked()) > after
             }
             None => false,
         };
@@ -80,6 +90,7 @@ impl Batch {
                 let slot = &members[(*cursor + i) % len];
                 let wanted = keys.is_held(slot)
                     || slot.buffer.get() > 0
+                    || since_last_flush(slot)
                     || ages.epoch.saturating_sub(slot.last_asked()) <= 1;
                 if !wanted {
                     if ages.now_ms >= slot.refreshed_ms().saturating_add(ages.stale_after_ms) {
@@ -97,6 +108,7 @@ impl Batch {
                 slots.push(Arc::clone(slot));
             }
         });
+        *last_epoch = Some(ages.epoch);
         // Both are held until the flush settles: without the room they grew into, which is
         // up to as much again.
         request.entries.shrink_to_fit();

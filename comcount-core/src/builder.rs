@@ -96,8 +96,9 @@ impl Builder<ForFamily> {
     ///
     /// A key is flushed in every interval it is used in and the one after, so that the total
     /// of a key in use stays fresh; a key used less often gets its total with the flush after
-    /// its next use. An evicted key loses nothing, its buffer being empty; used again, it
-    /// comes back, and its total is unknown until the next flush brings it.
+    /// its next use, and a key used while the flushes are held up (the store down, say) is
+    /// kept for the first flush after. An evicted key loses nothing, its buffer being empty;
+    /// used again, it comes back, and its total is unknown until the next flush brings it.
     pub fn evict_after(mut self, evict_after: Duration) -> Self {
         self.kind.0.evict_after = Some(evict_after);
         self

@@ -57,6 +57,8 @@ struct Logged {
     memory: MemoryStore<VirtualClock>,
     clock: VirtualClock,
     calls: Arc<Mutex<Vec<Call>>>,
+    /// While set, every flush is turned away, unapplied.
+    down: Arc<AtomicBool>,
 }
 
 impl Logged {
@@ -65,6 +67,7 @@ impl Logged {
             memory: MemoryStore::with_clock(clock.clone()),
             clock: clock.clone(),
             calls: Arc::default(),
+            down: Arc::default(),
         }
     }
 
@@ -91,6 +94,9 @@ impl Store for Logged {
         request: &FlushRequest,
         report: &Reporter,
     ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        if self.down.load(Ordering::SeqCst) {
+            return ready(Err(StoreError::unavailable("the store is down")));
+        }
         let reply = self
             .memory
             .flush(request, report)
@@ -249,6 +255,37 @@ fn one_flush_per_partition_and_interval_whatever_the_number_of_keys() {
             assert_eq!(bench.store.counted(name), 10, "{keys} keys: {name}");
         }
     }
+}
+
+/// A key only read (its total asked for every interval, never added to by this participant)
+/// through an outage longer than the eviction time: its flushes start far apart meanwhile,
+/// but it was in use all along, so it is neither evicted nor left out once the store is back.
+#[test]
+fn a_key_read_through_an_outage_is_kept_and_learns_its_total_again() {
+    let mut bench = Bench::new();
+    let (counting, _) = bench.family(builder("outage"));
+    let (reading, _) = bench.family(builder("outage").evict_after(INTERVAL));
+    reading.increment("own", 1);
+    reading.increment("read", 0);
+    for n in 0..16 {
+        bench
+            .store
+            .down
+            .store((4..9).contains(&n), Ordering::SeqCst);
+        counting.increment("read", 1);
+        reading.increment("own", 1);
+        let _ = reading.group_total("read");
+        bench.run_until(INTERVAL * (n + 1));
+        assert_eq!(
+            reading.len(),
+            2,
+            "after interval {n}: a key read every interval was evicted"
+        );
+    }
+    assert!(
+        reading.group_total("read").is_some(),
+        "the key read through the outage has its total again"
+    );
 }
 
 /// More partitions than a join polls together: each partition's flush loop is woken on its
