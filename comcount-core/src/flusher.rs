@@ -178,6 +178,9 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             .await?;
         loop {
             let settled = self.flush().await?;
+            if self.settings.partitions() > 1 {
+                self.alarm.awaiting(self.partition, None);
+            }
             self.batch.release(Arc::make_mut(&mut self.request));
             let added_before = self.last_added;
             if let Settled::Counted { interval, .. } = settled {
@@ -296,6 +299,9 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             }
             if !flight.awaiting() && plan.next_copy.is_none() {
                 return Some(self.conclude(flight, plan));
+            }
+            if self.settings.partitions() > 1 {
+                self.alarm.awaiting(self.partition, flight.oldest_awaited());
             }
             let wake_at = self.next_wake(flight, &plan, started);
             let woke = self.watch.until(flight.next_answer(), Some(wake_at)).await;
@@ -447,7 +453,8 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         self.round_trip.sample(round_trip);
         self.turns.observe(round_trip);
         self.aim.observe(&reply, answer.sent, now);
-        self.alarm.answered(answer.sent, now, &self.report);
+        self.alarm
+            .answered(self.partition, answer.sent, now, &self.report);
         plan.backoff.reset();
         match reply.outcome {
             Outcome::Applied | Outcome::Duplicate => {

@@ -6,6 +6,10 @@
 //! interval is evidence as good as a slow reply, so a store that answers nothing at all is
 //! reported as well as one that answers late.
 //!
+//! A family's partitions share one alarm, and each may reach another shard of a cluster: a
+//! quick answer to one partition does not count as calm while another has waited past the
+//! threshold for one of its own.
+//!
 //! Once raised, the alarm comes down only after the round trip has stayed well under the
 //! threshold for a whole interval: a store that is slow in bursts (a queue that fills and
 //! drains) would otherwise raise and clear it with every other reply. An alarm raised again
@@ -15,6 +19,7 @@
 //! turns at a store find it quick after each rest and slow after each pair, and would
 //! otherwise say so every few intervals.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -46,8 +51,19 @@ impl SharedAlarm {
     }
 
     /// See [`SlowAlarm::answered`].
-    pub(crate) fn answered(&self, sent: Duration, now: Duration, report: &Reporter) {
-        self.lock().answered(sent, now, report);
+    pub(crate) fn answered(
+        &self,
+        partition: u32,
+        sent: Duration,
+        now: Duration,
+        report: &Reporter,
+    ) {
+        self.lock().answered(partition, sent, now, report);
+    }
+
+    /// See [`SlowAlarm::awaiting`].
+    pub(crate) fn awaiting(&self, partition: u32, oldest: Option<Duration>) {
+        self.lock().awaiting(partition, oldest);
     }
 
     /// See [`SlowAlarm::waiting`].
@@ -76,6 +92,12 @@ pub(crate) struct SlowAlarm {
     hold: u32,
     /// When it last came down.
     cleared_at: Option<Duration>,
+    /// For each partition of a family that told it, when its oldest copy still unanswered was
+    /// sent (`None`: none is).
+    awaited: Vec<Option<Duration>>,
+    /// The same, oldest first, so that an answer finds the longest wait of another partition
+    /// in a step or two however many partitions the family has.
+    by_age: BTreeSet<(Duration, u32)>,
 }
 
 impl SlowAlarm {
@@ -88,6 +110,8 @@ impl SlowAlarm {
             calm_since: None,
             hold: 1,
             cleared_at: None,
+            awaited: Vec::new(),
+            by_age: BTreeSet::new(),
         }
     }
 
@@ -119,13 +143,22 @@ impl SlowAlarm {
         self.interval * 3 / 8
     }
 
-    /// A copy sent at `sent` was answered at `now`.
-    pub(crate) fn answered(&mut self, sent: Duration, now: Duration, report: &Reporter) {
+    /// A copy of `partition`'s sent at `sent` was answered at `now`. A quick answer counts as
+    /// calm only while no other partition has waited past the threshold for one of its own:
+    /// the partitions of a family over a cluster each reach one shard, and a shard that hangs
+    /// is not made well by the others' answers.
+    pub(crate) fn answered(
+        &mut self,
+        partition: u32,
+        sent: Duration,
+        now: Duration,
+        report: &Reporter,
+    ) {
         let round_trip = now.saturating_sub(sent);
         if round_trip > self.threshold() {
             self.evidence(sent, round_trip);
             self.check(now, report);
-        } else if round_trip < self.calm() {
+        } else if round_trip < self.calm() && !self.another_waits_long(partition, now) {
             let calm_since = *self.calm_since.get_or_insert(now);
             if self.raised && now.saturating_sub(calm_since) < self.interval * self.hold {
                 return;
@@ -144,6 +177,32 @@ impl SlowAlarm {
         } else {
             self.calm_since = None;
         }
+    }
+
+    /// Notes when `partition`'s oldest copy still unanswered was sent (`None`: none is).
+    pub(crate) fn awaiting(&mut self, partition: u32, oldest: Option<Duration>) {
+        let i = partition as usize;
+        if self.awaited.len() <= i {
+            if oldest.is_none() {
+                return;
+            }
+            self.awaited.resize(i + 1, None);
+        }
+        if let Some(before) = std::mem::replace(&mut self.awaited[i], oldest) {
+            self.by_age.remove(&(before, partition));
+        }
+        if let Some(sent) = oldest {
+            self.by_age.insert((sent, partition));
+        }
+    }
+
+    /// Whether a partition other than `partition` has waited past the threshold at `now` for a
+    /// copy still unanswered.
+    fn another_waits_long(&self, partition: u32, now: Duration) -> bool {
+        self.by_age
+            .iter()
+            .find(|(_, other)| *other != partition)
+            .is_some_and(|(sent, _)| now.saturating_sub(*sent) > self.threshold())
     }
 
     /// A copy sent at `sent` is still unanswered at `now`.
@@ -210,7 +269,7 @@ mod tests {
         let (report, recorder) = reporter();
         let mut alarm = SlowAlarm::new(ms(100));
         for i in 0..20 {
-            alarm.answered(ms(i * 100), ms(i * 100 + 40), &report);
+            alarm.answered(0, ms(i * 100), ms(i * 100 + 40), &report);
         }
         assert!(recorder.records().is_empty());
     }
@@ -228,19 +287,45 @@ mod tests {
         assert_eq!(raised.len(), 1);
         assert_eq!(raised[0].attribute("round_trip"), Some("100"));
         assert_eq!(raised[0].attribute("interval"), Some("100"));
-        alarm.answered(ms(0), ms(300), &report);
+        alarm.answered(0, ms(0), ms(300), &report);
         alarm.waiting(ms(300), ms(700), &report);
         assert_eq!(alarm.next_check(ms(300)), None);
         assert_eq!(recorder.records().len(), 1);
     }
 
     #[test]
+    fn another_partitions_long_wait_keeps_quick_answers_from_calming_it() {
+        let (report, recorder) = reporter();
+        let mut alarm = SlowAlarm::new(ms(100));
+        // Partition 1 sends at 0 and hears nothing; the alarm is raised at 100.
+        alarm.awaiting(1, Some(ms(0)));
+        alarm.waiting(ms(0), ms(51), &report);
+        alarm.waiting(ms(0), ms(100), &report);
+        assert_eq!(recorder.with_message("round trip slow").len(), 1);
+        // Partition 0's quick answers do not bring it down while partition 1 waits.
+        for t in (100..1_000).step_by(50) {
+            alarm.answered(0, ms(t), ms(t + 10), &report);
+        }
+        assert!(recorder.with_message("round trip normal").is_empty());
+        // Partition 1's copy settles (given up): they do, after a calm interval.
+        alarm.awaiting(1, None);
+        for t in (1_000..1_200).step_by(50) {
+            alarm.answered(0, ms(t), ms(t + 10), &report);
+        }
+        assert_eq!(recorder.with_message("round trip normal").len(), 1);
+        // A partition's own unanswered copy is not held against its own answers.
+        alarm.awaiting(0, Some(ms(1_200)));
+        assert!(!alarm.another_waits_long(0, ms(2_000)));
+        assert!(alarm.another_waits_long(1, ms(2_000)));
+    }
+
+    #[test]
     fn a_single_slow_reply_is_not_reported() {
         let (report, recorder) = reporter();
         let mut alarm = SlowAlarm::new(ms(100));
-        alarm.answered(ms(0), ms(60), &report);
-        alarm.answered(ms(100), ms(110), &report);
-        alarm.answered(ms(200), ms(210), &report);
+        alarm.answered(0, ms(0), ms(60), &report);
+        alarm.answered(0, ms(100), ms(110), &report);
+        alarm.answered(0, ms(200), ms(210), &report);
         assert!(recorder.records().is_empty());
     }
 
@@ -248,14 +333,14 @@ mod tests {
     fn recovery_is_reported_once_and_a_new_slowdown_again() {
         let (report, recorder) = reporter();
         let mut alarm = SlowAlarm::new(ms(100));
-        alarm.answered(ms(0), ms(150), &report);
-        alarm.answered(ms(150), ms(300), &report);
+        alarm.answered(0, ms(0), ms(150), &report);
+        alarm.answered(0, ms(150), ms(300), &report);
         // Hovering just under the threshold changes nothing.
-        alarm.answered(ms(300), ms(345), &report);
-        alarm.answered(ms(400), ms(410), &report);
-        alarm.answered(ms(500), ms(510), &report);
-        alarm.answered(ms(600), ms(800), &report);
-        alarm.answered(ms(800), ms(1000), &report);
+        alarm.answered(0, ms(300), ms(345), &report);
+        alarm.answered(0, ms(400), ms(410), &report);
+        alarm.answered(0, ms(500), ms(510), &report);
+        alarm.answered(0, ms(600), ms(800), &report);
+        alarm.answered(0, ms(800), ms(1000), &report);
         assert_eq!(
             recorder.messages(),
             ["round trip slow", "round trip normal", "round trip slow"]
@@ -266,18 +351,18 @@ mod tests {
     fn a_store_slow_in_bursts_stays_reported_until_fast_for_an_interval() {
         let (report, recorder) = reporter();
         let mut alarm = SlowAlarm::new(ms(100));
-        alarm.answered(ms(0), ms(150), &report);
-        alarm.answered(ms(150), ms(300), &report);
+        alarm.answered(0, ms(0), ms(150), &report);
+        alarm.answered(0, ms(150), ms(300), &report);
         // A queue that fills and drains: every other reply is fast.
         for i in 0..10 {
             let t = 300 + i * 200;
-            alarm.answered(ms(t), ms(t + 10), &report);
-            alarm.answered(ms(t + 20), ms(t + 200), &report);
+            alarm.answered(0, ms(t), ms(t + 10), &report);
+            alarm.answered(0, ms(t + 20), ms(t + 200), &report);
         }
         assert_eq!(recorder.messages(), ["round trip slow"]);
         // Fast for a whole interval: recovered.
         for t in [2300, 2400, 2500] {
-            alarm.answered(ms(t), ms(t + 10), &report);
+            alarm.answered(0, ms(t), ms(t + 10), &report);
         }
         assert_eq!(
             recorder.messages(),
@@ -290,13 +375,13 @@ mod tests {
         let (report, recorder) = reporter();
         let mut alarm = SlowAlarm::new(ms(100));
         for i in 0..10 {
-            alarm.answered(ms(i * 100), ms(i * 100 + 50), &report);
+            alarm.answered(0, ms(i * 100), ms(i * 100 + 50), &report);
         }
         assert!(recorder.records().is_empty());
         // Nor is a copy unanswered for exactly that long: evidence starts past it.
         alarm.waiting(ms(1000), ms(1050), &report);
-        alarm.answered(ms(1000), ms(1050), &report);
-        alarm.answered(ms(1100), ms(1160), &report);
+        alarm.answered(0, ms(1000), ms(1050), &report);
+        alarm.answered(0, ms(1100), ms(1160), &report);
         assert!(recorder.records().is_empty());
     }
 
@@ -304,17 +389,17 @@ mod tests {
     fn only_replies_well_under_the_threshold_bring_it_down() {
         let (report, recorder) = reporter();
         let mut alarm = SlowAlarm::new(ms(80));
-        alarm.answered(ms(0), ms(120), &report);
-        alarm.answered(ms(120), ms(240), &report);
+        alarm.answered(0, ms(0), ms(120), &report);
+        alarm.answered(0, ms(120), ms(240), &report);
         assert_eq!(recorder.messages(), ["round trip slow"]);
         // Hovering just under the threshold, or at three eighths of the interval exactly,
         // for more than an interval: still slow.
         for (sent, round_trip) in [(240, 35), (320, 35), (400, 30), (480, 30), (560, 30)] {
-            alarm.answered(ms(sent), ms(sent + round_trip), &report);
+            alarm.answered(0, ms(sent), ms(sent + round_trip), &report);
         }
         assert_eq!(recorder.messages(), ["round trip slow"]);
-        alarm.answered(ms(640), ms(650), &report);
-        alarm.answered(ms(720), ms(730), &report);
+        alarm.answered(0, ms(640), ms(650), &report);
+        alarm.answered(0, ms(720), ms(730), &report);
         assert_eq!(
             recorder.messages(),
             ["round trip slow", "round trip normal"]
@@ -330,13 +415,13 @@ mod tests {
         let mut t = 0;
         let mut calm_needed = Vec::new();
         for _ in 0..4 {
-            alarm.answered(ms(t), ms(t + 150), &report);
-            alarm.answered(ms(t + 150), ms(t + 300), &report);
+            alarm.answered(0, ms(t), ms(t + 150), &report);
+            alarm.answered(0, ms(t + 150), ms(t + 300), &report);
             t += 300;
             let calm_from = t;
             let before = recorder.with_message("round trip normal").len();
             while recorder.with_message("round trip normal").len() == before {
-                alarm.answered(ms(t), ms(t + 10), &report);
+                alarm.answered(0, ms(t), ms(t + 10), &report);
                 t += 100;
             }
             calm_needed.push(t - 100 + 10 - calm_from);
@@ -344,20 +429,20 @@ mod tests {
         assert_eq!(calm_needed, [110, 210, 410, 810]);
         assert_eq!(recorder.with_message("round trip slow").len(), 4);
         // Raising it again now takes four intervals of slowness, not half of one.
-        alarm.answered(ms(t), ms(t + 150), &report);
-        alarm.answered(ms(t + 150), ms(t + 300), &report);
+        alarm.answered(0, ms(t), ms(t + 150), &report);
+        alarm.answered(0, ms(t + 150), ms(t + 300), &report);
         assert_eq!(alarm.next_check(ms(t + 300)), Some(ms(t + 50 + 400)));
-        alarm.answered(ms(t + 300), ms(t + 310), &report);
+        alarm.answered(0, ms(t + 300), ms(t + 310), &report);
         t += 400;
         assert_eq!(recorder.with_message("round trip slow").len(), 4);
         // Long after the last clear, a new slowdown starts over at one interval.
         t += 100 * 64 * 8;
-        alarm.answered(ms(t), ms(t + 150), &report);
-        alarm.answered(ms(t + 150), ms(t + 300), &report);
+        alarm.answered(0, ms(t), ms(t + 150), &report);
+        alarm.answered(0, ms(t + 150), ms(t + 300), &report);
         t += 300;
-        alarm.answered(ms(t), ms(t + 10), &report);
-        alarm.answered(ms(t + 100), ms(t + 110), &report);
-        alarm.answered(ms(t + 200), ms(t + 210), &report);
+        alarm.answered(0, ms(t), ms(t + 10), &report);
+        alarm.answered(0, ms(t + 100), ms(t + 110), &report);
+        alarm.answered(0, ms(t + 200), ms(t + 210), &report);
         assert_eq!(recorder.with_message("round trip normal").len(), 5);
     }
 }

@@ -4,14 +4,21 @@
 
 mod common;
 
+use std::future::{Future, pending};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use comcount_core::clock::{Clock, VirtualClock};
-use comcount_core::diagnostics::{Level, Record, Recorder};
-use comcount_core::{Counter, Family, FlushReply, MemoryStore, Outcome, StoreError};
+use comcount_core::diagnostics::{Level, Record, Recorder, Reporter};
+use comcount_core::keys::partition_of;
+use comcount_core::{
+    Counter, Family, FlushReply, FlushRequest, KeySpace, MemoryStore, Outcome, Store, StoreError,
+};
 use common::runtime::run_virtual_until;
 use common::scripted::{Action, ScriptedStore};
 use futures::executor::LocalPool;
+use futures::future::Either;
 use futures::task::LocalSpawnExt;
 
 const INTERVAL: Duration = Duration::from_secs(1);
@@ -266,4 +273,88 @@ fn a_familys_keys_each_have_their_total_age() {
     clock.advance(ms(250));
     assert_eq!(family.total_age("acme"), Some(acme + ms(250)));
     assert_eq!(globex.total_age(), Some(held + ms(250)));
+}
+
+/// A store whose shard for partition 0 of the family "tenants" answers nothing while `hung`
+/// is set (what it was sent meanwhile never answers), while the other answers at once: a
+/// cluster with one shard hung.
+struct OneShardHung {
+    memory: MemoryStore<VirtualClock>,
+    hung: Arc<AtomicBool>,
+}
+
+impl Store for OneShardHung {
+    fn name(&self) -> &str {
+        "one shard hung"
+    }
+
+    fn flush(
+        &self,
+        request: &FlushRequest,
+        report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        if self.hung.load(Ordering::SeqCst)
+            && request.space == KeySpace::partition("", "tenants", 0)
+        {
+            Either::Left(pending())
+        } else {
+            Either::Right(self.memory.flush(request, report))
+        }
+    }
+}
+
+/// A family's partitions share one slow-store alarm. One partition hanging raises it; the
+/// other partition's quick answers must not bring it down while the first still hangs, or it
+/// would flap, said slow and normal again and again. Once the shard answers again, it comes
+/// down, once.
+#[test]
+fn a_familys_alarm_stays_raised_while_one_partition_hangs() {
+    let clock = VirtualClock::new();
+    let events = Recorder::new();
+    let hung = Arc::new(AtomicBool::new(true));
+    let store = OneShardHung {
+        memory: MemoryStore::with_clock(clock.clone()),
+        hung: Arc::clone(&hung),
+    };
+    let (family, worker) = Family::builder("tenants", INTERVAL)
+        .partitions(2)
+        .diagnostics(events.clone())
+        .build(store, clock.clone())
+        .unwrap();
+    let mut pool = LocalPool::new();
+    pool.spawner().spawn_local(worker).unwrap();
+    let keys: Vec<String> = (0..16).map(|i| format!("tenant-{i}")).collect();
+    assert!(
+        (0..2).all(|p| keys.iter().any(|k| partition_of(k, 2) == p)),
+        "the keys fall in both partitions"
+    );
+    let mut run = |intervals: std::ops::Range<u32>| {
+        for n in intervals {
+            for key in &keys {
+                family.increment(key, 1);
+            }
+            run_virtual_until(&mut pool, &clock, INTERVAL * (n + 1));
+        }
+    };
+    run(0..60);
+    assert_eq!(
+        events.with_message("round trip slow").len(),
+        1,
+        "{:?}",
+        events.messages()
+    );
+    assert!(
+        events.with_message("round trip normal").is_empty(),
+        "said normal while a partition still hung: {:?}",
+        events.messages()
+    );
+    hung.store(false, Ordering::SeqCst);
+    run(60..80);
+    assert_eq!(
+        events.with_message("round trip normal").len(),
+        1,
+        "{:?}",
+        events.messages()
+    );
+    assert_eq!(events.with_message("round trip slow").len(), 1);
 }
