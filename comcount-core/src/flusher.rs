@@ -178,9 +178,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             .await?;
         loop {
             let settled = self.flush().await?;
-            if self.settings.partitions() > 1 {
-                self.alarm.awaiting(self.partition, None);
-            }
+            self.tell_alarm_awaiting(None);
             self.batch.release(Arc::make_mut(&mut self.request));
             let added_before = self.last_added;
             if let Settled::Counted { interval, .. } = settled {
@@ -300,9 +298,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             if !flight.awaiting() && plan.next_copy.is_none() {
                 return Some(self.conclude(flight, plan));
             }
-            if self.settings.partitions() > 1 {
-                self.alarm.awaiting(self.partition, flight.oldest_awaited());
-            }
+            self.tell_alarm_awaiting(flight.oldest_awaited());
             let wake_at = self.next_wake(flight, &plan, started);
             let woke = self.watch.until(flight.next_answer(), Some(wake_at)).await;
             match woke {
@@ -318,6 +314,14 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                     }
                 }
             }
+        }
+    }
+
+    /// Tells the slow-store alarm when this partition's oldest copy still unanswered was sent
+    /// (`None`: none is), for the other partitions of a family; a counter has none to tell.
+    fn tell_alarm_awaiting(&self, oldest: Option<Duration>) {
+        if self.settings.partitions() > 1 {
+            self.alarm.awaiting(self.partition, oldest);
         }
     }
 
