@@ -85,27 +85,32 @@ impl Batch {
         };
         keys.with_members(*partition, idle, |members| {
             let len = members.len();
-            *cursor = if len == 0 { 0 } else { *cursor % len };
+            let start = if len == 0 { 0 } else { *cursor % len };
+            *cursor = start;
+            let mut full = false;
             for i in 0..len {
-                let slot = &members[(*cursor + i) % len];
+                let slot = &members[(start + i) % len];
                 let wanted = keys.is_held(slot)
                     || slot.buffer.get() > 0
                     || since_last_flush(slot)
                     || ages.epoch.saturating_sub(slot.last_asked()) <= 1;
-                if !wanted {
-                    if ages.now_ms >= slot.refreshed_ms().saturating_add(ages.stale_after_ms) {
-                        slot.total.set(None);
+                if wanted && !full {
+                    if slots.len() < FlushRequest::MAX_ENTRIES {
+                        request
+                            .entries
+                            .push(Entry::new(Arc::clone(&slot.key), slot.buffer.take()));
+                        slots.push(Arc::clone(slot));
+                        continue;
                     }
-                    continue;
+                    // The flush is full: the next one starts with this key.
+                    *cursor = (start + i) % len;
+                    full = true;
                 }
-                if slots.len() == FlushRequest::MAX_ENTRIES {
-                    *cursor = (*cursor + i) % len;
-                    break;
+                // Left out of this flush, the key's total ages like any other: one that
+                // waits its turn in a crowded partition is forgotten on time.
+                if ages.now_ms >= slot.refreshed_ms().saturating_add(ages.stale_after_ms) {
+                    slot.total.set(None);
                 }
-                request
-                    .entries
-                    .push(Entry::new(Arc::clone(&slot.key), slot.buffer.take()));
-                slots.push(Arc::clone(slot));
             }
         });
         *last_epoch = Some(ages.epoch);

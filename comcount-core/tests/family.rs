@@ -559,6 +559,47 @@ fn a_partition_with_more_keys_than_a_flush_carries_flushes_them_in_turns() {
     }
 }
 
+/// Keys that wait their turn in a crowded partition: a key's total is refreshed only by the
+/// flushes that carry it, and is forgotten once it is older than two intervals and the round
+/// trip, as any total, not taken as known until the key's turn comes again. The first
+/// participant counts five flushes' worth of keys; the second, a tenth of them, in one flush
+/// every interval. So every flush of the first brings totals (of the keys the second added to
+/// the interval before), and the partition as a whole never goes stale.
+#[test]
+fn a_crowded_partitions_totals_go_stale_while_their_keys_wait_their_turn() {
+    let keys = FlushRequest::MAX_ENTRIES * 5;
+    let mut bench = Bench::new();
+    let (crowded, _) = bench.family(builder("crowded").max_keys(keys));
+    let (sparse, _) = bench.family(builder("crowded").max_keys(keys));
+    let names: Vec<String> = (0..keys).map(|i| format!("key-{i}")).collect();
+    let shared: Vec<&String> = names.iter().step_by(10).collect();
+    let (mut oldest, mut known) = (Duration::ZERO, 0);
+    for n in 0..16u32 {
+        bench.run_until(INTERVAL * n + ms(100));
+        for name in &names {
+            crowded.increment(name, 1);
+        }
+        for name in &shared {
+            sparse.increment(name, 1);
+        }
+        if n >= 4 {
+            for name in &shared {
+                if crowded.group_total(name).is_some() {
+                    known += 1;
+                    oldest = oldest.max(crowded.total_age(name).unwrap());
+                }
+            }
+        }
+    }
+    assert!(known > 0, "no total was ever known");
+    // Two intervals and the round trip (none here) from the reply that brought it; the check
+    // falls at the start of the partition's next flush, within an interval of that.
+    assert!(
+        oldest <= INTERVAL * 3,
+        "a total {oldest:?} old was still taken as known"
+    );
+}
+
 #[test]
 fn closing_makes_every_total_unknown_and_sends_nothing_more() {
     let mut bench = Bench::new();
