@@ -356,6 +356,14 @@ impl GroupTotal {
             total => Some(total),
         }
     }
+
+    /// Forgets the total, returning what it was.
+    pub(crate) fn take(&self) -> Option<u64> {
+        match self.0.swap(UNKNOWN, Relaxed) {
+            UNKNOWN => None,
+            total => Some(total),
+        }
+    }
 }
 
 /// The max rule: the larger of the group's total and the participant's own unsent buffer.

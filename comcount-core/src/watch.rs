@@ -23,7 +23,7 @@ pub(crate) struct Watch<T> {
     interval: Duration,
     /// When the total goes stale, while one is known.
     stale_at: Option<Duration>,
-    /// When the total was last refreshed.
+    /// When a reply last brought a known total.
     refreshed_at: Duration,
     /// When the total went stale, until a reply brings one again.
     went_stale_at: Option<Duration>,
@@ -66,11 +66,17 @@ impl<T: Timer> Watch<T> {
     /// Notes that a reply refreshed the partition's totals (`known`: some of them are known);
     /// the copy that brought them took `round_trip`. A known total after a stale one is
     /// reported, once.
+    ///
+    /// A reply that brings none leaves the time to go stale as it was: a family's keys outside
+    /// that flush still hold the totals of the replies before.
     pub(crate) fn refreshed(&mut self, known: bool, round_trip: Duration) {
+        if !known {
+            return;
+        }
         let now = self.timer.now();
         self.refreshed_at = now;
-        self.stale_at = known.then(|| now + stale_after(self.interval, round_trip));
-        if known && let Some(went_stale_at) = self.went_stale_at.take() {
+        self.stale_at = Some(now + stale_after(self.interval, round_trip));
+        if let Some(went_stale_at) = self.went_stale_at.take() {
             self.report.emit(Event::TotalFreshAgain {
                 stale_for: now.saturating_sub(went_stale_at),
             });
@@ -122,13 +128,25 @@ impl<T: Timer> Watch<T> {
         }
     }
 
+    /// Forgets the partition's totals, and reports it if one was still known: a reply that
+    /// brought none may have forgotten them all already.
     fn go_stale(&mut self) {
         if self.stale_at.take().is_some() {
-            self.shared.keys.with_members(
+            let forgot = self.shared.keys.with_members(
                 self.partition,
                 |_| false,
-                |members| members.iter().for_each(|slot| slot.total.set(None)),
+                |members| {
+                    // Every total is forgotten: no short cut once one was known.
+                    let mut forgot = false;
+                    for slot in members {
+                        forgot |= slot.total.take().is_some();
+                    }
+                    forgot
+                },
             );
+            if !forgot {
+                return;
+            }
             let now = self.timer.now();
             self.went_stale_at = Some(now);
             self.report.emit(Event::TotalWentStale {

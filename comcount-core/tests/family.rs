@@ -7,13 +7,13 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::future::{Future, ready};
+use std::future::{Future, pending, ready};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use comcount_core::builder::{Builder, ForFamily};
-use comcount_core::clock::{Clock, VirtualClock};
+use comcount_core::clock::{Clock, Timer, VirtualClock};
 use comcount_core::diagnostics::{Recorder, Reporter};
 use comcount_core::keys::partition_of;
 use comcount_core::{
@@ -23,6 +23,7 @@ use comcount_core::{
 use common::runtime::run_virtual_until;
 use futures::FutureExt;
 use futures::executor::LocalPool;
+use futures::future::Either;
 use futures::task::LocalSpawnExt;
 
 const INTERVAL: Duration = Duration::from_secs(1);
@@ -59,6 +60,10 @@ struct Logged {
     calls: Arc<Mutex<Vec<Call>>>,
     /// While set, every flush is turned away, unapplied.
     down: Arc<AtomicBool>,
+    /// While set, no flush is answered, nor run.
+    hung: Arc<AtomicBool>,
+    /// How long each flush takes to run and answer.
+    delay: Arc<Mutex<Duration>>,
 }
 
 impl Logged {
@@ -68,6 +73,8 @@ impl Logged {
             clock: clock.clone(),
             calls: Arc::default(),
             down: Arc::default(),
+            hung: Arc::default(),
+            delay: Arc::default(),
         }
     }
 
@@ -94,8 +101,29 @@ impl Store for Logged {
         request: &FlushRequest,
         report: &Reporter,
     ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        if self.hung.load(Ordering::SeqCst) {
+            return Either::Right(Either::Left(pending()));
+        }
+        let delay = *self.delay.lock().unwrap();
+        if delay.is_zero() {
+            return Either::Left(ready(self.run(request, report)));
+        }
+        let (store, request, report) = (self.clone(), request.clone(), report.clone());
+        let sleep = self.clock.sleep(delay);
+        Either::Right(Either::Right(
+            async move {
+                sleep.await;
+                store.run(&request, &report)
+            }
+            .boxed(),
+        ))
+    }
+}
+
+impl Logged {
+    fn run(&self, request: &FlushRequest, report: &Reporter) -> Result<FlushReply, StoreError> {
         if self.down.load(Ordering::SeqCst) {
-            return ready(Err(StoreError::unavailable("the store is down")));
+            return Err(StoreError::unavailable("the store is down"));
         }
         let reply = self
             .memory
@@ -109,7 +137,7 @@ impl Store for Logged {
                 .as_ref()
                 .is_ok_and(|reply| reply.outcome == Outcome::Applied),
         });
-        ready(reply)
+        reply
     }
 }
 
@@ -597,6 +625,42 @@ fn a_crowded_partitions_totals_go_stale_while_their_keys_wait_their_turn() {
     assert!(
         oldest <= INTERVAL * 3,
         "a total {oldest:?} old was still taken as known"
+    );
+}
+
+/// A key whose total came with one flush and is not in the next, which brings no total of its
+/// own: while the flush after that hangs, the key's total goes stale on time, as it would if it
+/// had been in the flush.
+#[test]
+fn a_keys_total_goes_stale_while_a_flush_without_it_hangs() {
+    let mut bench = Bench::new();
+    // Replies take a tenth of an interval, by which a total stays fresh longer: the flush that
+    // follows the one without "b" starts before its total is due to go stale.
+    *bench.store.delay.lock().unwrap() = INTERVAL / 10;
+    let (family, _) = bench.family(builder("stale"));
+    // "b" is counted in interval 0, and the flush of interval 1 brings its total. (It is not
+    // read: a key read goes into the next flushes, for its total.)
+    family.increment("b", 5);
+    bench.run_until(ms(1_900));
+    // "a", new, is the only key of the next flush, whose reply brings no total.
+    family.increment("a", 1);
+    bench.run_until(ms(2_900));
+    let calls = bench.store.calls();
+    let (with_b, last) = (&calls[calls.len() - 2], &calls[calls.len() - 1]);
+    assert!(with_b.carries("b") && with_b.interval() == 1, "{with_b:?}");
+    assert!(last.carries("a") && !last.carries("b"), "{last:?}");
+    // The reply came when the flush ran, a round trip after it was sent.
+    let brought = with_b.at;
+    // From now on the store answers nothing; "a" has something to send.
+    bench.store.hung.store(true, Ordering::SeqCst);
+    family.increment("a", 1);
+    let stale_by = brought + INTERVAL * 2 + INTERVAL / 10 + ms(1);
+    bench.run_until(stale_by);
+    assert_eq!(
+        family.group_total("b"),
+        None,
+        "the total of b was still known {:?} after the reply that brought it",
+        family.total_age("b")
     );
 }
 
