@@ -43,8 +43,8 @@ pub(crate) struct Flight {
     /// Whether some copy may have been applied without this flush hearing of it: one that
     /// went unanswered, or answered with an error that leaves it unknown.
     maybe_counted: bool,
-    /// The latest interval a copy was aimed at.
-    latest_aim: Option<u64>,
+    /// The latest interval a copy could land in: the end of its window.
+    latest_reach: Option<u64>,
 }
 
 impl Flight {
@@ -54,7 +54,7 @@ impl Flight {
         self.awaited.clear();
         self.last_sent = None;
         self.maybe_counted = false;
-        self.latest_aim = None;
+        self.latest_reach = None;
     }
 
     /// Sends one copy of `request` and polls it once, so that it is in the store's hands on
@@ -66,7 +66,7 @@ impl Flight {
         report: &Reporter,
         now: Duration,
     ) -> Option<Answer> {
-        self.latest_aim = self.latest_aim.max(Some(request.expect));
+        self.latest_reach = self.latest_reach.max(Some(*request.window().end()));
         let store = Arc::clone(store);
         let request = Arc::clone(request);
         let report = report.clone();
@@ -158,15 +158,61 @@ impl Flight {
     /// Whether no copy was or can ever be applied, given that this participant's fence holds
     /// interval `fenced` or a later one.
     ///
-    /// A copy aimed at interval `e` can only be applied in `e - 1`, `e` or `e + 1`, and only
-    /// in an interval later than the fence's: once the fence is at `e + 1` for the latest `e`,
-    /// every copy, replayed or not, is turned away for good.
+    /// A copy can only be applied within its window (`expect - reach ..= expect + reach`),
+    /// and only in an interval later than the fence's: once the fence is at the end of the
+    /// latest window, every copy, replayed or not, is turned away for good.
     pub(crate) fn certainly_not_counted(&self, fenced: Option<u64>) -> bool {
-        let out_of_reach = match (self.latest_aim, fenced) {
+        let out_of_reach = match (self.latest_reach, fenced) {
             (None, _) => true,
-            (Some(aim), Some(fenced)) => fenced > aim,
+            (Some(end), Some(fenced)) => fenced >= end,
             (Some(_), None) => false,
         };
         self.all_answered_unapplied() && out_of_reach
+    }
+}
+
+#[cfg(all(test, not(comcount_loom)))]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, VirtualClock};
+    use crate::diagnostics::Recorder;
+    use crate::keys::KeySpace;
+    use crate::store::Outcome;
+    use crate::{MemoryStore, ParticipantId};
+    use futures::executor::block_on;
+
+    /// A copy aimed at interval 5 with a reach of 2, answered "fenced" by a fence at 6: a
+    /// client's replay of it an interval later lands in 7, past the fence, and is applied. So
+    /// the fence being past the aim does not make the flush certainly not counted; only a fence
+    /// at the end of the copy's window does.
+    #[test]
+    fn a_fence_past_the_aim_but_within_the_reach_does_not_rule_out_a_replay() {
+        const INTERVAL_MS: u64 = 1000;
+        let clock = VirtualClock::new();
+        let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+        let report = Reporter::new("flight", Arc::new(Recorder::new()));
+        let space = KeySpace::counter("", "reach");
+        let request = |seq, expect| {
+            FlushRequest::new(space.clone(), ParticipantId::from_u64(1), INTERVAL_MS)
+                .with_seq(seq)
+                .with_expect(expect)
+                .with_reach(2)
+                .with_amount(5)
+        };
+        clock.advance(Duration::from_millis(6 * INTERVAL_MS + 500));
+        let earlier = block_on(store.flush(&request(1, 6), &report)).unwrap();
+        assert_eq!(earlier.outcome, Outcome::Applied);
+
+        let flush = Arc::new(request(2, 5));
+        let mut flight = Flight::default();
+        let answer = flight.send(&store, &flush, &report, clock.now()).unwrap();
+        assert_eq!(answer.result.unwrap().outcome, Outcome::Fenced);
+        assert!(!flight.certainly_not_counted(Some(6)));
+        // The replay the check allows for.
+        clock.advance(Duration::from_millis(INTERVAL_MS));
+        let replay = block_on(store.flush(&flush, &report)).unwrap();
+        assert_eq!(replay.outcome, Outcome::Applied);
+        // A fence at the end of the window keeps every copy out.
+        assert!(flight.certainly_not_counted(Some(7)));
     }
 }
