@@ -64,6 +64,40 @@ pub(crate) struct Flusher<S, T> {
     /// the participant and the partition alone, so that a run on virtual time with fixed
     /// participant ids repeats exactly.
     spread: fastrand::Rng,
+    /// Whether the flush's amounts were taken from the buffers and are not accounted for yet:
+    /// what a drop of the loop must settle.
+    unsettled: bool,
+}
+
+impl<S, T> Flusher<S, T> {
+    /// Accounts for a flush that will never settle: its amounts go back to the buffers if no
+    /// copy can ever be applied, and are reported unsettled otherwise.
+    fn abandon(&self, why: Abandoned) {
+        if self.flight.certainly_not_counted(self.last_added) {
+            self.batch.put_back(&self.request, &self.report);
+        } else if self.request.amount() > 0 {
+            let error = StoreError::unanswered(why);
+            self.batch
+                .give_up(&self.request, &error, false, &self.report);
+        }
+    }
+}
+
+impl<S, T> Drop for Flusher<S, T> {
+    /// The loop dropped in the middle of a flush (its runtime shut down, or the task was
+    /// dropped) accounts for the flush as a close does. While a panic unwinds, the diagnostics
+    /// may be what panicked: nothing is reported then, and only amounts that certainly were
+    /// not counted go back.
+    fn drop(&mut self) {
+        if !self.unsettled {
+            return;
+        }
+        if !std::thread::panicking() {
+            self.abandon(Abandoned::DroppedInFlight);
+        } else if self.flight.certainly_not_counted(self.last_added) {
+            self.batch.put_back(&self.request, &self.report);
+        }
+    }
 }
 
 /// What became of one flush.
@@ -161,6 +195,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 .with_fence_ttl_ms(settings.fence_ttl_ms),
             ),
             last_added: None,
+            unsettled: false,
             partition,
             spread: fastrand::Rng::with_seed(participant.as_u64() ^ (u64::from(partition) << 32)),
             shared: Arc::clone(shared),
@@ -239,15 +274,14 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     /// Takes the buffers as one new flush and keeps at it until it is settled; `None` once the
     /// counter is closed.
     async fn flush(&mut self) -> Option<Settled> {
-        let mut flight = std::mem::take(&mut self.flight);
-        let settled = self.fly(&mut flight).await;
-        flight.clear();
-        self.flight = flight;
+        let settled = self.fly().await;
+        self.unsettled = false;
+        self.flight.clear();
         settled
     }
 
-    /// Flies one new flush of the buffers in `flight`, cleared.
-    async fn fly(&mut self, flight: &mut Flight) -> Option<Settled> {
+    /// Flies one new flush of the buffers; `flight` is clear.
+    async fn fly(&mut self) -> Option<Settled> {
         let ages = self.ages();
         self.shared.epoch.fetch_max(ages.epoch, Relaxed);
         let Self {
@@ -262,6 +296,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             return Some(Settled::NotCounted);
         }
         request.seq += 1;
+        self.unsettled = true;
         let started = self.timer.now();
         let mut copies: u32 = 0;
         let mut plan = Plan {
@@ -278,15 +313,15 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             {
                 plan.next_copy = None;
                 if self.may_send(why, started, now) {
-                    let sent = self.send(flight, now);
+                    let sent = self.send(now);
                     if !matches!(sent, Sent::Closed) {
                         copies = copies.saturating_add(1);
                         self.report_resent(why, copies, &plan);
                     }
                     match sent {
-                        Sent::Closed => return self.closed(flight),
+                        Sent::Closed => return self.closed(),
                         Sent::Answered(answer) => {
-                            if let Some(settled) = self.take(answer, flight, &mut plan) {
+                            if let Some(settled) = self.take(answer, &mut plan) {
                                 return Some(settled);
                             }
                             continue;
@@ -295,22 +330,23 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                     }
                 }
             }
-            if !flight.awaiting() && plan.next_copy.is_none() {
-                return Some(self.conclude(flight, plan));
+            if !self.flight.awaiting() && plan.next_copy.is_none() {
+                return Some(self.conclude(plan));
             }
-            self.tell_alarm_awaiting(flight.oldest_awaited());
-            let wake_at = self.next_wake(flight, &plan, started);
-            let woke = self.watch.until(flight.next_answer(), Some(wake_at)).await;
+            self.tell_alarm_awaiting(self.flight.oldest_awaited());
+            let wake_at = self.next_wake(&plan, started);
+            let Self { watch, flight, .. } = self;
+            let woke = watch.until(flight.next_answer(), Some(wake_at)).await;
             match woke {
-                None => return self.closed(flight),
+                None => return self.closed(),
                 Some(Waited::Done(answer)) => {
-                    if let Some(settled) = self.take(answer, flight, &mut plan) {
+                    if let Some(settled) = self.take(answer, &mut plan) {
                         return Some(settled);
                     }
                 }
                 Some(Waited::Deadline) => {
-                    if self.timed_out(flight, &mut plan, started) {
-                        return Some(self.conclude(flight, plan));
+                    if self.timed_out(&mut plan, started) {
+                        return Some(self.conclude(plan));
                     }
                 }
             }
@@ -354,7 +390,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
 
     /// Sends a copy aimed at the interval the store will be in when it arrives, unless the
     /// counter is closed.
-    fn send(&mut self, flight: &mut Flight, now: Duration) -> Sent {
+    fn send(&mut self, now: Duration) -> Sent {
         let (expect, reach) = (self.aim.expected_interval(now), self.aim.reach());
         if (self.request.expect, self.request.reach) != (expect, reach) {
             // Copied only when an earlier copy still holds the request.
@@ -367,6 +403,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             store,
             request,
             report,
+            flight,
             ..
         } = self;
         match shared.while_open(|| flight.send(store, request, report, now)) {
@@ -378,7 +415,8 @@ impl<S: Store, T: Timer> Flusher<S, T> {
 
     /// When the flush loop must look again: for the next copy, the last copy's timeout, the
     /// slow-store alarm, or giving up on copies that never answer.
-    fn next_wake(&self, flight: &Flight, plan: &Plan, started: Duration) -> Duration {
+    fn next_wake(&self, plan: &Plan, started: Duration) -> Duration {
+        let flight = &self.flight;
         let mut at = plan.next_copy.map(|(at, _)| at);
         if flight.awaiting() {
             let now = self.timer.now();
@@ -401,27 +439,28 @@ impl<S: Store, T: Timer> Flusher<S, T> {
 
     /// Looks at the copies still awaited after a wait with no answer. Returns whether to give
     /// up on them.
-    fn timed_out(&mut self, flight: &mut Flight, plan: &mut Plan, started: Duration) -> bool {
+    fn timed_out(&mut self, plan: &mut Plan, started: Duration) -> bool {
         let now = self.timer.now();
-        if let Some(oldest) = flight.oldest_awaited() {
+        if let Some(oldest) = self.flight.oldest_awaited() {
             self.alarm.waiting(oldest, now, &self.report);
         }
-        let last_timed_out = flight
+        let last_timed_out = self
+            .flight
             .last_sent()
             .is_some_and(|sent| now >= sent + self.round_trip.timeout());
-        if flight.awaiting() && last_timed_out {
+        if self.flight.awaiting() && last_timed_out {
             // The last copy went unanswered for the timeout: it may land yet, or never.
-            flight.may_have_counted();
+            self.flight.may_have_counted();
             self.round_trip.back_off();
             if plan.refusal.is_none() {
                 plan.next_copy = Some((now, Why::Resend(ResendReason::Unanswered)));
             }
         }
-        flight.awaiting() && now >= started + self.give_up_after()
+        self.flight.awaiting() && now >= started + self.give_up_after()
     }
 
     /// Takes one copy's answer; returns how the flush settled, if it did.
-    fn take(&mut self, answer: Answer, flight: &mut Flight, plan: &mut Plan) -> Option<Settled> {
+    fn take(&mut self, answer: Answer, plan: &mut Plan) -> Option<Settled> {
         let now = self.timer.now();
         let round_trip = now.saturating_sub(answer.sent);
         let reply = match answer.result {
@@ -435,12 +474,11 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 // Not again sooner than the failed copy took, nor than the backoff says.
                 let mut wait = plan.backoff.next();
                 if error.may_have_applied() {
-                    flight.may_have_counted();
+                    self.flight.may_have_counted();
                     wait = wait.max(round_trip);
                 }
                 plan.last_error = Some(error);
                 self.plan_copy(
-                    flight,
                     plan,
                     answer.sent,
                     now + wait,
@@ -491,13 +529,13 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                     .delay_to_aim(now, self.last_added)
                     .unwrap_or(self.settings.interval);
                 let why = Why::Retarget(ResendReason::Fenced);
-                self.plan_copy(flight, plan, answer.sent, now + wait, why);
+                self.plan_copy(plan, answer.sent, now + wait, why);
             }
             Outcome::WrongInterval => {
                 plan.wrong_in_a_row += 1;
                 let wait = self.after_wrong_interval(now, &mut plan.wrong_in_a_row);
                 let why = Why::Retarget(ResendReason::WrongInterval);
-                self.plan_copy(flight, plan, answer.sent, now + wait, why);
+                self.plan_copy(plan, answer.sent, now + wait, why);
             }
         }
         None
@@ -507,15 +545,8 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     /// the flush is refused, or a copy sent later is still awaited (its answer, or its
     /// timeout, decides then). Older copies still awaited do not hold it back: the store
     /// answered a later one, so they are likely lost, and each answer adds one copy at most.
-    fn plan_copy(
-        &self,
-        flight: &Flight,
-        plan: &mut Plan,
-        answered: Duration,
-        at: Duration,
-        why: Why,
-    ) {
-        if plan.refusal.is_none() && !flight.newer_awaited(answered) {
+    fn plan_copy(&self, plan: &mut Plan, answered: Duration, at: Duration, why: Why) {
+        if plan.refusal.is_none() && !self.flight.newer_awaited(answered) {
             plan.next_copy = Some((at, why));
         }
     }
@@ -539,7 +570,8 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     }
 
     /// Ends a flush that no answer settled.
-    fn conclude(&self, flight: &Flight, plan: Plan) -> Settled {
+    fn conclude(&self, plan: Plan) -> Settled {
+        let flight = &self.flight;
         match plan.refusal {
             // A refusal is final: a copy run again is refused again, and a stale one is
             // behind a later flush of this participant for good.
@@ -564,12 +596,8 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     }
 
     /// Accounts for the flush in the air when the counter is closed.
-    fn closed(&self, flight: &Flight) -> Option<Settled> {
-        if flight.certainly_not_counted(self.last_added) {
-            self.batch.put_back(&self.request, &self.report);
-        } else if self.request.amount() > 0 {
-            self.give_up(&StoreError::unanswered(ClosedInFlight), false);
-        }
+    fn closed(&self) -> Option<Settled> {
+        self.abandon(Abandoned::ClosedInFlight);
         None
     }
 
@@ -690,20 +718,32 @@ impl fmt::Display for NeverLanded {
 
 impl std::error::Error for NeverLanded {}
 
-/// A flush still in the air when the counter was closed.
-#[derive(Debug)]
-struct ClosedInFlight;
+/// Why a flush still in the air was left unsettled.
+#[derive(Debug, Clone, Copy)]
+enum Abandoned {
+    /// The counter was closed.
+    ClosedInFlight,
+    /// The background task was dropped before it ended.
+    DroppedInFlight,
+}
 
-impl fmt::Display for ClosedInFlight {
+impl fmt::Display for Abandoned {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(
-            "the counter was closed while the flush was in the store's hands, so whether it \
-             was counted is unknown",
-        )
+        f.write_str(match self {
+            Abandoned::ClosedInFlight => {
+                "the counter was closed while the flush was in the store's hands, so whether \
+                 it was counted is unknown"
+            }
+            Abandoned::DroppedInFlight => {
+                "the counter's background task was dropped (its runtime shut down, say) while \
+                 the flush was in the store's hands, so whether it was counted is unknown; to \
+                 settle it, let the task run until it ends after close()"
+            }
+        })
     }
 }
 
-impl std::error::Error for ClosedInFlight {}
+impl std::error::Error for Abandoned {}
 
 /// A flush the store found older than one it already applied from this participant: two live
 /// participants share an id.

@@ -12,10 +12,10 @@ use std::time::Duration;
 use comcount_core::clock::{Clock, TokioTimer, VirtualClock};
 use comcount_core::diagnostics::{Recorder, Reporter};
 use comcount_core::{
-    Counter, FlushReply, FlushRequest, MemoryStore, ParticipantId, Store, StoreError,
+    Counter, Family, FlushReply, FlushRequest, MemoryStore, ParticipantId, Store, StoreError,
 };
 use common::runtime::run_virtual_until;
-use common::scripted::ScriptedStore;
+use common::scripted::{Action, ScriptedStore};
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 
@@ -64,6 +64,70 @@ fn dropping_the_worker_forgets_the_total() {
     drop(pool);
     assert_eq!(counter.group_total(), None);
     assert_eq!(counter.increment(1), 1);
+}
+
+/// The one `flush failed` event, with its `dropped` and `unsettled` amounts.
+fn one_failure(events: &Recorder) -> (String, String) {
+    let failed = events.with_message("flush failed");
+    assert_eq!(failed.len(), 1, "{:?}", events.records());
+    let amount = |name| failed[0].attribute(name).unwrap_or_default().to_owned();
+    (amount("dropped"), amount("unsettled"))
+}
+
+/// The runtime goes away while a flush is in the store's hands: whether it was counted is
+/// unknown, and it is reported so, as a close would report it.
+#[test]
+fn a_worker_dropped_with_a_flush_in_the_air_reports_it_unsettled() {
+    let clock = VirtualClock::new();
+    let store = ScriptedStore::new(clock.clone());
+    let events = Recorder::new();
+    let mut pool = LocalPool::new();
+    let (counter, worker) = Counter::builder("dropped", INTERVAL)
+        .diagnostics(events.clone())
+        .build(store.clone(), clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    store.then([Action::Hang]);
+    counter.increment(7);
+    pool.run_until_stalled();
+    assert_eq!(store.calls(), 1);
+    drop(pool);
+    assert_eq!(one_failure(&events), ("0".into(), "7".into()));
+    let error = events.with_message("flush failed")[0]
+        .attribute("error")
+        .map(str::to_owned);
+    assert!(
+        error
+            .as_deref()
+            .is_some_and(|e| e.contains("background task was dropped")),
+        "{error:?}"
+    );
+    assert_eq!(counter.buffered(), 0);
+}
+
+/// A family closed with a flush in the air, whose runtime shuts down before the worker runs
+/// again (as a service's often does right after closing): the flush is reported unsettled,
+/// with its key.
+#[test]
+fn a_family_closed_and_dropped_with_a_flush_in_the_air_reports_it_unsettled() {
+    let clock = VirtualClock::new();
+    let store = ScriptedStore::new(clock.clone());
+    let events = Recorder::new();
+    let mut pool = LocalPool::new();
+    let (family, worker) = Family::builder("closing", INTERVAL)
+        .diagnostics(events.clone())
+        .build(store.clone(), clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    store.then([Action::Hang]);
+    family.increment("acme", 7);
+    pool.run_until_stalled();
+    assert_eq!(store.calls(), 1);
+    family.close();
+    drop(pool);
+    assert_eq!(one_failure(&events), ("0".into(), "7".into()));
+    let failed = events.with_message("flush failed");
+    assert_eq!(failed[0].attribute("key"), Some("acme"));
 }
 
 /// A store that answers from memory until told to panic.
