@@ -425,7 +425,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 // window is over), and waking for it again would spin.
                 flight
                     .last_sent()
-                    .map(|sent| sent + self.round_trip.timeout())
+                    .map(|sent| sent.saturating_add(self.round_trip.timeout()))
                     .filter(|at| *at > now),
                 flight
                     .oldest_awaited()
@@ -447,7 +447,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         let last_timed_out = self
             .flight
             .last_sent()
-            .is_some_and(|sent| now >= sent + self.round_trip.timeout());
+            .is_some_and(|sent| now >= sent.saturating_add(self.round_trip.timeout()));
         if self.flight.awaiting() && last_timed_out {
             // The last copy went unanswered for the timeout: it may land yet, or never.
             self.flight.may_have_counted();

@@ -64,7 +64,10 @@ impl RoundTrip {
         let estimate = self.smoothed.map_or(Duration::ZERO, |smoothed| {
             (smoothed + (self.deviation * 4).max(Duration::from_millis(1))).max(smoothed * 2)
         });
-        (estimate.max(self.floor) * (1 << self.doublings)).min(CAP.max(self.floor))
+        estimate
+            .max(self.floor)
+            .saturating_mul(1 << self.doublings)
+            .min(CAP.max(self.floor))
     }
 
     /// The smoothed round trip, once a reply has come.

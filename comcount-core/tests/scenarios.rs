@@ -500,6 +500,29 @@ async fn a_store_slower_than_the_timeout_still_settles_each_flush<R: Runtime>(rt
     assert!(s.counter.group_total().is_some(), "the total is known");
 }
 
+/// A flush timeout longer than a flush is ever kept (`Duration::MAX`, say) never times out: each
+/// flush waits for its one copy's answer, however slow.
+async fn a_flush_timeout_of_duration_max_never_times_out<R: Runtime>(rt: R) {
+    let s = Setup::with(rt, |b| b.flush_timeout(Duration::MAX));
+    s.store
+        .then((0..6).map(|_| Action::Delay(s.interval() * 3 / 2)));
+    for _ in 0..4 {
+        s.counter.increment(1);
+        s.sleep_intervals(1).await;
+    }
+    s.expect_within(8, "every unit counted", || completed_amount(&s.events) == 4)
+        .await;
+    let timed_out: Vec<_> = s
+        .events
+        .with_message("copy resent")
+        .into_iter()
+        .filter(|r| r.attribute("reason") == Some("unanswered"))
+        .collect();
+    assert!(timed_out.is_empty(), "{timed_out:?}");
+    assert!(s.events.with_message("flush failed").is_empty());
+    assert!(!s.finished.is_finished(), "the worker ended");
+}
+
 async fn a_store_slower_than_four_intervals_settles_each_flush_with_one_copy<R: Runtime>(rt: R) {
     // One copy a flush, kept four intervals, or four round trips once replies have timed them.
     let s = Setup::with(rt, |b| b.resend_window(Duration::ZERO));
@@ -699,6 +722,7 @@ on_every_runtime!(
     close_stops_the_tick_and_keeps_counting_locally,
     dropping_every_handle_stops_the_tick,
     a_store_slower_than_the_timeout_still_settles_each_flush,
+    a_flush_timeout_of_duration_max_never_times_out,
     a_store_slower_than_four_intervals_settles_each_flush_with_one_copy,
     a_round_trip_above_half_the_interval_is_reported_once,
     a_store_that_answers_nothing_is_reported_slow,
