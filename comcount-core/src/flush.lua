@@ -141,18 +141,43 @@ local function amount_ok(a)
   return type(a) == 'string' and plain(a) and not greater(a, MAX_TOTAL)
 end
 
--- The packed array in s, or nil when s is not exactly one MessagePack array.
-local function unpacked(s)
-  -- An array's header, not a map's: Lua reads a map keyed 1, 2, ... as an array.
+-- How many items the MessagePack array header at the start of s announces, or nil when s
+-- does not start with one (a map's header included: Lua reads a map keyed 1, 2, ... as an
+-- array).
+local function array_len(s)
   local first = type(s) == 'string' and string.byte(s, 1)
-  if not first or not (first >= 0x90 and first <= 0x9f or first == 0xdc or first == 0xdd) then
+  if not first then
+    return nil
+  elseif first >= 0x90 and first <= 0x9f then
+    return first - 0x90
+  elseif first == 0xdc and #s >= 3 then
+    local b1, b2 = string.byte(s, 2, 3)
+    return b1 * 256 + b2
+  elseif first == 0xdd and #s >= 5 then
+    local b1, b2, b3, b4 = string.byte(s, 2, 5)
+    return ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+  end
+  return nil
+end
+
+-- The packed array in s, or nil when s is not exactly one MessagePack array, or holds a nil:
+-- a nil leaves a hole in the Lua table, where # may stop, and the items after it would be
+-- neither checked nor summed, yet kept in the field as sent.
+local function unpacked(s)
+  local len = array_len(s)
+  if not len then
     return nil
   end
   local ok, rest, array = pcall(cmsgpack.unpack_one, s)
-  if ok and rest == -1 then
-    return array
+  if not (ok and rest == -1 and type(array) == 'table') then
+    return nil
   end
-  return nil
+  for i = 1, len do
+    if array[i] == nil then
+      return nil
+    end
+  end
+  return array
 end
 
 local bad = check(1, 'sequence number', '1', '9007199254740991')

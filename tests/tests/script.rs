@@ -1228,6 +1228,7 @@ async fn each_bad_family_argument_is_an_err_reply_and_writes_nothing() {
     let long = "k".repeat(FlushRequest::MAX_KEY_LEN + 1);
     let float = [0xcb].into_iter().chain(1.5f64.to_be_bytes()).collect();
     let digits = |d: &str| pack::string(d.as_bytes());
+    let nil = vec![0xc0];
     let cases: Vec<(&str, Vec<Vec<u8>>, &str)> = vec![
         ("layout x", with(&[(4, b"x".to_vec())]), "ARGV[5] (layout)"),
         ("layout empty", with(&[(4, Vec::new())]), "ARGV[5] (layout)"),
@@ -1288,6 +1289,52 @@ async fn each_bad_family_argument_is_an_err_reply_and_writes_nothing() {
             "ARGV[6] (entries)",
         ),
         ("one entry too many", entries(&many), "ARGV[6] (entries)"),
+        // A nil leaves a hole in Lua's table, where its length may stop: the items after it
+        // would be neither checked nor summed, yet kept in the field as sent.
+        (
+            "a pair and a nil",
+            with(&[(
+                5,
+                pack::array(&[pack::string(b"a"), one.clone(), nil.clone()]),
+            )]),
+            "ARGV[6] (entries)",
+        ),
+        (
+            "a pair and two nils",
+            with(&[(
+                5,
+                pack::array(&[pack::string(b"a"), one.clone(), nil.clone(), nil.clone()]),
+            )]),
+            "ARGV[6] (entries)",
+        ),
+        (
+            "two nils between two pairs",
+            with(&[(
+                5,
+                pack::array(&[
+                    pack::string(b"a"),
+                    one.clone(),
+                    nil.clone(),
+                    nil.clone(),
+                    pack::string(b"b"),
+                    one.clone(),
+                ]),
+            )]),
+            "ARGV[6] (entries)",
+        ),
+        (
+            "a nil for an amount",
+            with(&[(
+                5,
+                pack::array(&[
+                    pack::string(b"a"),
+                    nil.clone(),
+                    pack::string(b"b"),
+                    one.clone(),
+                ]),
+            )]),
+            "ARGV[6] (entries)",
+        ),
         (
             "an empty key",
             entries(&[("a", one.clone()), ("", one.clone())]),
