@@ -201,8 +201,8 @@ const MUTANTS: &[Mutant] = &[
     ),
     m(
         "bytes after the array accepted",
-        "  if ok and rest == -1 then",
-        "  if ok then",
+        "  if not (ok and rest == -1 and type(array) == 'table') then",
+        "  if not (ok and type(array) == 'table') then",
     ),
     m(
         "an odd count of items accepted",
@@ -543,13 +543,23 @@ const MUTANTS: &[Mutant] = &[
     ),
     m(
         "a map read as an array",
-        "  if not first or not (first >= 0x90 and first <= 0x9f or first == 0xdc or first == 0xdd) then",
-        "  if not first then",
+        "  elseif first >= 0x90 and first <= 0x9f then\n    return first - 0x90",
+        "  elseif first >= 0x80 and first <= 0x9f then\n    return first % 16",
     ),
     m(
         "an array of 16 or more read as a map",
-        "or first == 0xdc or first == 0xdd) then",
-        "or first == 0xdd) then",
+        "  elseif first == 0xdc and #s >= 3 then",
+        "  elseif false then",
+    ),
+    m(
+        "a nil item in the entries taken",
+        "    if array[i] == nil then\n      return nil",
+        "    if false then\n      return nil",
+    ),
+    m(
+        "a nil item looked for only up to the table's length",
+        "  for i = 1, len do",
+        "  for i = 1, #array do",
     ),
     m(
         "no budget",
