@@ -76,10 +76,15 @@ impl<S, T> Flusher<S, T> {
         if self.flight.certainly_not_counted(self.last_added) {
             self.batch.put_back(&self.request, &self.report);
         } else if self.request.amount() > 0 {
-            let error = StoreError::unanswered(why);
-            self.batch
-                .give_up(&self.request, &error, false, &self.report);
+            self.give_up(&StoreError::unanswered(why), false);
         }
+    }
+
+    /// Reports the flush's amounts as never sent again: `dropped` when certainly not counted,
+    /// unsettled otherwise.
+    fn give_up(&self, error: &StoreError, dropped: bool) {
+        self.batch
+            .give_up(&self.request, error, dropped, &self.report);
     }
 }
 
@@ -614,13 +619,6 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             .max(interval * 4)
             .max(round_trip * 4)
             .min(fence_ttl / 2)
-    }
-
-    /// Reports the flush's amounts as never sent again: `dropped` when certainly not counted,
-    /// unsettled otherwise.
-    fn give_up(&self, error: &StoreError, dropped: bool) {
-        self.batch
-            .give_up(&self.request, error, dropped, &self.report);
     }
 
     /// Takes a reply's totals as the group's numbers; the copy that brought them took
