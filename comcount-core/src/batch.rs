@@ -90,6 +90,12 @@ impl Batch {
             let mut full = false;
             for i in 0..len {
                 let slot = &members[(start + i) % len];
+                if since_last_flush(slot) {
+                    // Its lookup noted the interval of the last flush's start, which can be
+                    // long past when the flushes were held up; it was in use since then, so
+                    // its time idle counts from the interval before this one at the earliest.
+                    slot.used_since(ages.epoch.saturating_sub(1));
+                }
                 let wanted = keys.is_held(slot)
                     || slot.buffer.get() > 0
                     || since_last_flush(slot)

@@ -78,6 +78,12 @@ impl Slot {
         }
     }
 
+    /// Notes that the key was in use in interval `epoch` or later, unless a lookup noted a
+    /// later one already.
+    pub(crate) fn used_since(&self, epoch: u64) {
+        self.asked.fetch_max(epoch, Relaxed);
+    }
+
     /// The last interval the key was looked up in.
     pub(crate) fn last_asked(&self) -> u64 {
         self.asked.load(Relaxed)

@@ -353,6 +353,43 @@ fn every_partition_of_a_wide_family_flushes() {
     );
 }
 
+/// A key first used while the store hangs, after the flushes stopped going out: its use
+/// notes the interval of the last flush's start, long past, and must not make it look idle.
+/// It is kept `evict_after` past its use, as any key.
+#[test]
+fn a_key_used_while_the_flushes_are_held_up_is_kept_evict_after_past_its_use() {
+    let evict_after = INTERVAL * 5;
+    let mut bench = Bench::new();
+    let (family, _) = bench.family(builder("outage").evict_after(evict_after));
+    // A held key starts the flushes, and is never evicted.
+    let held = family.counter("held").unwrap();
+    held.increment(1);
+    bench.run_until(ms(900));
+    // The store hangs from interval 1 on: no flush starts, none notes a later interval.
+    bench.store.hung.store(true, Ordering::SeqCst);
+    bench.run_until(ms(8_100));
+    family.increment("k", 1);
+    let used = bench.now();
+    bench.run_until(ms(8_200));
+    bench.store.hung.store(false, Ordering::SeqCst);
+    let evicted = loop {
+        bench.run_until(bench.now() + ms(100));
+        if family.len() == 1 {
+            break bench.now();
+        }
+        assert!(bench.now() < INTERVAL * 40, "k was never evicted");
+    };
+    assert_eq!(
+        bench.store.counted("k"),
+        1,
+        "k was evicted before it was flushed"
+    );
+    assert!(
+        evicted >= used + evict_after,
+        "k was evicted at {evicted:?}, sooner than {evict_after:?} after its use at {used:?}"
+    );
+}
+
 #[test]
 fn a_held_key_is_flushed_every_interval_and_never_evicted() {
     let mut bench = Bench::new();
