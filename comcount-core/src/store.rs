@@ -111,6 +111,11 @@ pub struct FlushRequest {
     /// trips are long, and so vary by more than an interval, reaches further.
     pub reach: u64,
     /// How long the participant's fence key lives after each applied flush, in milliseconds.
+    /// The fence is what keeps a participant to one flush an interval, so it must outlive the
+    /// interval: counters give it three intervals, ten minutes at least. Once it has expired,
+    /// a later flush of the same participant is applied even in the same interval, and on
+    /// Redis a family's then replaces that participant's entries for the interval rather than
+    /// adding to them.
     pub fence_ttl_ms: u64,
     /// What to add, key by key. A counter's flush has exactly one entry, with an empty key; a
     /// family's has from 1 to [`MAX_ENTRIES`](Self::MAX_ENTRIES); a key that comes more than
