@@ -43,10 +43,13 @@ impl Aim {
     pub(crate) fn spread(interval_ms: u64, partition: u32, partitions: u32) -> Self {
         // A quarter in, plus the partition's share of the middle half, at its own middle:
         // I/4 + I/2 * (p + 1/2) / P, in whole milliseconds.
-        let (p, n) = (u64::from(partition), u64::from(partitions.max(1)));
+        // In u128: the longest interval times the most partitions passes u64. The share is
+        // under three quarters of the interval, which fits.
+        let (p, n) = (u128::from(partition), u128::from(partitions.max(1)));
+        let share = u128::from(interval_ms) * (2 * p + 1) / (4 * n);
         Self {
             interval_ms,
-            phase: Duration::from_millis(interval_ms / 4 + interval_ms * (2 * p + 1) / (4 * n)),
+            phase: Duration::from_millis(interval_ms / 4 + share as u64),
             anchor: None,
             recent: [None; RECENT],
             next: 0,
@@ -294,5 +297,21 @@ mod tests {
             aim.delay_to_aim(Duration::ZERO, Some(7)),
             Some(Duration::from_millis(712))
         );
+    }
+
+    /// The longest interval with the most partitions: the share of the middle half passes
+    /// u64 on the way, not in the end.
+    #[test]
+    fn the_longest_interval_spreads_the_most_partitions_over_its_middle_half() {
+        let longest = FlushRequest::MAX_INTERVAL_MS;
+        for (partition, partitions) in [(0, 1), (4095, 4096), (65_535, 65_536)] {
+            let phase = Aim::spread(longest, partition, partitions)
+                .phase
+                .as_millis() as u64;
+            assert!(
+                (longest / 4..=longest / 4 * 3 + 1).contains(&phase),
+                "partition {partition} of {partitions}: {phase}"
+            );
+        }
     }
 }
