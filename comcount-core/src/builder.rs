@@ -16,7 +16,7 @@ use crate::error::ConfigError;
 use crate::family::Family;
 use crate::registry::Registry;
 use crate::sequence;
-use crate::settings::{FamilyChoice, PolicyChoice, Settings};
+use crate::settings::{self, FamilyChoice, PolicyChoice, Settings};
 use crate::shared::{Lifetime, Shared};
 use crate::slot::Slot;
 use crate::slow_alarm::SharedAlarm;
@@ -251,6 +251,7 @@ impl Builder {
         timer: T,
     ) -> Result<(Counter, Worker), ConfigError> {
         let settings = self.settings()?;
+        settings::check_counter_name(&self.name)?;
         let slot = Arc::new(Slot::new("".into(), 0));
         let keys = Registry::single(Arc::clone(&slot));
         let (life, worker) = self.start(settings, keys, store, timer);

@@ -16,6 +16,12 @@ pub enum ConfigError {
         /// The name given.
         name: String,
     },
+    /// A counter's name ends in `@` and a partition number: the hash tag of that partition of
+    /// the family named by the rest, whose keys it would share.
+    NameOfAPartition {
+        /// The name given.
+        name: String,
+    },
     /// The prefix holds `{` or `}`, which would move the hash tag into the prefix.
     PrefixBreaksHashTag {
         /// The prefix given.
@@ -76,6 +82,17 @@ impl fmt::Display for ConfigError {
                  {{name}} hash tag that keeps the counter's keys in one cluster slot: \
                  choose a name without braces"
             ),
+            ConfigError::NameOfAPartition { name } => {
+                let (family, partition) = name.rsplit_once('@').unwrap_or((name, ""));
+                write!(
+                    f,
+                    "the counter name {name:?} ends like a family's partition: it is the \
+                     hash tag of partition {partition} of a family named {family:?}, whose \
+                     keys it would share: choose a name without '@' and a number at its end, \
+                     e.g. {:?}",
+                    format!("{family}-{partition}")
+                )
+            }
             ConfigError::PrefixBreaksHashTag { prefix } => write!(
                 f,
                 "the prefix {prefix:?} contains '{{' or '}}', which would make Redis Cluster \

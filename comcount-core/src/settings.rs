@@ -181,16 +181,30 @@ fn interval_millis(interval: Duration) -> Result<u64, ConfigError> {
     if interval < MIN_INTERVAL {
         return Err(ConfigError::IntervalTooShort { interval });
     }
+    // Three intervals must fit the millisecond arithmetic of every store, Lua's doubles
+    // included (integers are exact below 2^53).
     if !interval.subsec_nanos().is_multiple_of(1_000_000) {
         return Err(ConfigError::IntervalNotWholeMillis { interval });
     }
-    // Three intervals must fit the millisecond arithmetic of every store, Lua's doubles
-    // included (integers are exact below 2^53).
     let ms = interval.as_millis();
     if ms > u128::from(FlushRequest::MAX_INTERVAL_MS) {
         return Err(ConfigError::IntervalTooLong { interval });
     }
     Ok(ms as u64)
+}
+
+/// Refuses a counter's name that a family's partition has too: `name@p`, `p` a partition
+/// number, is the hash tag of partition `p` of the family `name`, and the two would share keys.
+pub(crate) fn check_counter_name(name: &str) -> Result<(), ConfigError> {
+    let partition = name
+        .rsplit_once('@')
+        .and_then(|(_, tail)| tail.parse::<u32>().ok().filter(|p| p.to_string() == tail));
+    match partition {
+        Some(partition) if partition < MAX_PARTITIONS => {
+            Err(ConfigError::NameOfAPartition { name: name.into() })
+        }
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -273,6 +287,44 @@ mod tests {
             ..PolicyChoice::default()
         };
         assert!(Settings::with_policy("a", "", MIN_INTERVAL, half_the_fence).is_ok());
+    }
+
+    /// A counter's name may not be a family's partition's hash tag, `family@p`: the two would
+    /// share keys, one holding integers and the other hashes, and each refuse the other's
+    /// flushes. Other uses of `@` are free.
+    #[test]
+    fn a_counter_named_like_a_familys_partition_is_refused() {
+        for name in ["jobs@0", "jobs@7", "a@b@65535"] {
+            let error = check_counter_name(name).unwrap_err();
+            assert_eq!(error, ConfigError::NameOfAPartition { name: name.into() });
+            assert!(error.to_string().contains("choose a name"), "{error}");
+        }
+        assert_eq!(
+            KeySpace::counter("", "jobs@0").base(),
+            KeySpace::partition("", "jobs", 0).base()
+        );
+        for name in [
+            "jobs",
+            "jobs@",
+            "jobs@x",
+            "jobs@01",
+            "jobs@65536",
+            "a@b",
+            "@",
+        ] {
+            assert_eq!(check_counter_name(name), Ok(()), "{name}");
+        }
+        // A counter's builder refuses it; a family's takes it, its partitions are `jobs@0@p`.
+        let clock = crate::clock::VirtualClock::new();
+        let store = crate::MemoryStore::with_clock(clock.clone());
+        let counter =
+            crate::Counter::builder("jobs@0", MIN_INTERVAL).build(store.clone(), clock.clone());
+        assert!(matches!(counter, Err(ConfigError::NameOfAPartition { .. })));
+        assert!(
+            crate::Family::builder("jobs@0", MIN_INTERVAL)
+                .build(store, clock)
+                .is_ok()
+        );
     }
 
     #[test]
