@@ -181,7 +181,8 @@ impl<K> Builder<K> {
 
     /// How long a flush may wait for its reply before it counts as unanswered (and is resent,
     /// within the resend window). By default the interval, kept between 100 ms and 2 s. This
-    /// keeps a hung client from freezing the counter.
+    /// keeps a hung client from freezing the counter. At least 10 ms
+    /// ([`ConfigError::FlushTimeoutTooShort`]); `Duration::MAX` never times out.
     pub fn flush_timeout(mut self, timeout: Duration) -> Self {
         self.policy.flush_timeout = Some(timeout);
         self

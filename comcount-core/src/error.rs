@@ -44,6 +44,13 @@ pub enum ConfigError {
     },
     /// The flush timeout is zero.
     FlushTimeoutZero,
+    /// The flush timeout is above zero but shorter than the least a counter takes.
+    FlushTimeoutTooShort {
+        /// The timeout given.
+        timeout: Duration,
+        /// The least a counter takes.
+        min: Duration,
+    },
     /// The resend window would let a resent flush outlive half the fence's life.
     ResendWindowTooLong {
         /// The window given.
@@ -115,6 +122,13 @@ impl fmt::Display for ConfigError {
                 f,
                 "the interval {interval:?} is too long to express three of them in \
                  milliseconds: use an interval under a million years"
+            ),
+            ConfigError::FlushTimeoutTooShort { timeout, min } => write!(
+                f,
+                "the flush timeout {timeout:?} is shorter than {min:?}: until a reply has \
+                 timed the round trip, a copy would go again on nearly every tick of the \
+                 timer; give the store at least a few round trips, e.g. \
+                 Duration::from_millis(100)"
             ),
             ConfigError::FlushTimeoutZero => f.write_str(
                 "the flush timeout is zero, so every flush would time out: give the store \

@@ -143,6 +143,12 @@ impl Settings {
         if flush_timeout.is_zero() {
             return Err(ConfigError::FlushTimeoutZero);
         }
+        if flush_timeout < MIN_FLUSH_TIMEOUT {
+            return Err(ConfigError::FlushTimeoutTooShort {
+                timeout: flush_timeout,
+                min: MIN_FLUSH_TIMEOUT,
+            });
+        }
         let resend_window = choice
             .resend_window
             .unwrap_or_else(|| Policy::default_resend_window(fence_ttl));
@@ -176,6 +182,12 @@ impl Settings {
 /// the interval is mostly round trip, flushes keep landing in the wrong interval, and each
 /// miss costs the store a round trip's work for nothing.
 pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The shortest flush timeout a counter takes. Before the first reply has timed the round
+/// trip, the timeout alone decides when a copy goes again; one under a round trip on a busy
+/// host (a millisecond or two, as for [`MIN_INTERVAL`]) would send a copy on nearly every tick
+/// of the timer to a store that is merely slow, for the whole resend window.
+pub(crate) const MIN_FLUSH_TIMEOUT: Duration = Duration::from_millis(10);
 
 fn interval_millis(interval: Duration) -> Result<u64, ConfigError> {
     if interval < MIN_INTERVAL {
@@ -264,6 +276,15 @@ mod tests {
             Settings::with_policy("a", "", ms, zero_timeout).unwrap_err(),
             ConfigError::FlushTimeoutZero
         );
+        // A nanosecond would resend on every tick of the timer until the first reply.
+        let tiny_timeout = PolicyChoice {
+            flush_timeout: Some(Duration::from_nanos(1)),
+            ..PolicyChoice::default()
+        };
+        assert!(matches!(
+            Settings::with_policy("a", "", ms, tiny_timeout).unwrap_err(),
+            ConfigError::FlushTimeoutTooShort { .. }
+        ));
         let long_window = PolicyChoice {
             resend_window: Some(Duration::from_secs(301)),
             ..PolicyChoice::default()
@@ -287,6 +308,11 @@ mod tests {
             ..PolicyChoice::default()
         };
         assert!(Settings::with_policy("a", "", MIN_INTERVAL, half_the_fence).is_ok());
+        let shortest_timeout = PolicyChoice {
+            flush_timeout: Some(MIN_FLUSH_TIMEOUT),
+            ..PolicyChoice::default()
+        };
+        assert!(Settings::with_policy("a", "", MIN_INTERVAL, shortest_timeout).is_ok());
     }
 
     /// A counter's name may not be a family's partition's hash tag, `family@p`: the two would
