@@ -121,7 +121,8 @@ impl fmt::Display for ConfigError {
             ConfigError::IntervalTooLong { interval } => write!(
                 f,
                 "the interval {interval:?} is too long to express three of them in \
-                 milliseconds: use an interval under a million years"
+                 milliseconds exactly: use an interval of at most 2^53 / 3 ms, about 95,000 \
+                 years"
             ),
             ConfigError::FlushTimeoutTooShort { timeout, min } => write!(
                 f,

@@ -195,14 +195,13 @@ fn interval_millis(interval: Duration) -> Result<u64, ConfigError> {
     }
     // Three intervals must fit the millisecond arithmetic of every store, Lua's doubles
     // included (integers are exact below 2^53).
+    if interval > Duration::from_millis(FlushRequest::MAX_INTERVAL_MS) {
+        return Err(ConfigError::IntervalTooLong { interval });
+    }
     if !interval.subsec_nanos().is_multiple_of(1_000_000) {
         return Err(ConfigError::IntervalNotWholeMillis { interval });
     }
-    let ms = interval.as_millis();
-    if ms > u128::from(FlushRequest::MAX_INTERVAL_MS) {
-        return Err(ConfigError::IntervalTooLong { interval });
-    }
-    Ok(ms as u64)
+    Ok(interval.as_millis() as u64)
 }
 
 /// Refuses a counter's name that a family's partition has too: `name@p`, `p` a partition
@@ -268,6 +267,11 @@ mod tests {
             Settings::new("a", "", Duration::from_secs(u64::MAX / 2)).unwrap_err(),
             ConfigError::IntervalTooLong { .. }
         ));
+        // Too long first: no rounding to whole milliseconds would make it fit.
+        assert!(matches!(
+            Settings::new("a", "", Duration::MAX).unwrap_err(),
+            ConfigError::IntervalTooLong { .. }
+        ));
         let zero_timeout = PolicyChoice {
             flush_timeout: Some(Duration::ZERO),
             ..PolicyChoice::default()
@@ -313,6 +317,16 @@ mod tests {
             ..PolicyChoice::default()
         };
         assert!(Settings::with_policy("a", "", MIN_INTERVAL, shortest_timeout).is_ok());
+    }
+
+    /// The error for an interval too long names the limit it has: the longest interval is
+    /// about 95,000 years, and one of 100,000 is refused.
+    #[test]
+    fn the_longest_interval_is_what_its_error_says() {
+        let years = |n: u64| Duration::from_secs(n * 365 * 24 * 3600);
+        assert!(Settings::new("a", "", years(95_000)).is_ok());
+        let error = Settings::new("a", "", years(100_000)).unwrap_err();
+        assert!(error.to_string().contains("about 95,000 years"), "{error}");
     }
 
     /// A counter's name may not be a family's partition's hash tag, `family@p`: the two would
