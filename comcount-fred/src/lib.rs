@@ -116,11 +116,12 @@
 //! # Errors
 //!
 //! A flush that fails never reaches the caller of `increment`; the counter reports it as
-//! `flush failed`. An error reply from the server (a script error, an overflowing total,
-//! `MOVED`, `CLUSTERDOWN`) is [`Refused`](StoreErrorKind::Refused), nothing written; a lost
-//! connection, a timeout or a command fred gave up on is
-//! [`Unanswered`](StoreErrorKind::Unanswered); a reply that is not the script's is
-//! [`Malformed`](StoreErrorKind::Malformed).
+//! `flush failed`. An error reply that says "not now" (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
+//! `LOADING`, `BUSY`, `NOREPLICAS`, ...) is [`Unavailable`](StoreErrorKind::Unavailable), sent
+//! again after a backoff; any other error reply (a script error, an overflowing total,
+//! `NOPERM`) is [`Refused`](StoreErrorKind::Refused), nothing written; a lost connection, a
+//! timeout or a command fred gave up on is [`Unanswered`](StoreErrorKind::Unanswered); a reply
+//! that is not the script's is [`Malformed`](StoreErrorKind::Malformed).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod connect;

@@ -122,15 +122,17 @@
 //!
 //! The cluster client retries a command whose connection dropped, and one that ran into its
 //! response timeout, so a flush may reach the server twice. The participant's fence turns the
-//! second copy into a duplicate: it is never counted twice. `SCRIPT LOAD` goes to every node, so
-//! a node that joins later or restarts gets the script on the first `NOSCRIPT`.
+//! second copy into a duplicate: it is never counted twice. `SCRIPT LOAD` goes to every primary,
+//! so a primary that was promoted or restarted gets the script on the first `NOSCRIPT`.
 //!
 //! # Errors
 //!
 //! A flush that fails never reaches the caller of `increment`; the counter reports it as
 //! `flush failed`. The store sorts redis-rs errors into the kinds of [`StoreErrorKind`]: an error
-//! reply from the server (a script error, an overflowing total, `MOVED`, `ASK`, `CLUSTERDOWN`)
-//! is [`Refused`](StoreErrorKind::Refused), nothing written; a lost connection or a timeout is
+//! reply that says "not now" (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `BUSY`,
+//! `NOREPLICAS`, ...) is [`Unavailable`](StoreErrorKind::Unavailable), sent again after a
+//! backoff; any other error reply (a script error, an overflowing total, `NOPERM`) is
+//! [`Refused`](StoreErrorKind::Refused), nothing written; a lost connection or a timeout is
 //! [`Unanswered`](StoreErrorKind::Unanswered); a reply that is not the script's is
 //! [`Malformed`](StoreErrorKind::Malformed).
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -139,7 +139,7 @@ fn script_sha() -> Arc<str> {
     Arc::clone(SHA.get_or_init(|| redis::Script::new(script::SOURCE).get_hash().into()))
 }
 
-/// `SCRIPT LOAD source`; redis-rs sends it to every node of a cluster.
+/// `SCRIPT LOAD source`; redis-rs sends it to every primary of a cluster.
 fn load() -> Cmd {
     let mut cmd = redis::cmd("SCRIPT");
     cmd.arg("LOAD").arg(script::SOURCE);
