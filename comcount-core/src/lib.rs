@@ -70,6 +70,7 @@ mod packed;
 mod registry;
 mod round_trip;
 pub mod script;
+mod script_loader;
 mod sequence;
 mod settings;
 mod shared;

@@ -24,6 +24,8 @@ use crate::packed;
 use crate::store::{FlushReply, FlushRequest, Outcome};
 use crate::tally::MAX;
 
+pub use crate::script_loader::ScriptLoader;
+
 /// The Lua source of the flush script.
 pub const SOURCE: &str = include_str!("flush.lua");
 
