@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use comcount_core::diagnostics::{Event, Reporter};
+use comcount_core::script::ScriptLoader;
 use comcount_core::{FlushReply, FlushRequest, Store, StoreError, script};
 use fred::interfaces::{ClientLike, LuaInterface};
 use fred::types::config::Options;
@@ -23,7 +24,8 @@ const MAX_REDIRECTIONS: u32 = 5;
 /// Each flush runs the flush script with `EVALSHA`; when the server answers `NOSCRIPT` (first
 /// use, after `SCRIPT FLUSH`, a restart or a failover) the store loads the script with
 /// `SCRIPT LOAD` (on every primary of a cluster), reports [`Event::ScriptLoaded`], and sends the
-/// `EVALSHA` again.
+/// `EVALSHA` again. The flushes of one store and its clones that find the script missing
+/// together load it once between them ([`ScriptLoader`](comcount_core::script::ScriptLoader)).
 ///
 /// The `EVALSHA` of a flush is not written again after a reconnection: the store sends it with
 /// `Options { fail_fast: true }`, whatever the client's settings, so a flush whose connection
@@ -38,6 +40,7 @@ const MAX_REDIRECTIONS: u32 = 5;
 pub struct FredStore<C> {
     client: C,
     sha: Arc<str>,
+    loader: Arc<ScriptLoader>,
 }
 
 impl<C> FredStore<C>
@@ -58,6 +61,7 @@ where
         Self {
             client,
             sha: script_sha(),
+            loader: Arc::default(),
         }
     }
 
@@ -94,7 +98,9 @@ where
         let client = self.client.clone();
         let (slot, arguments) = evalsha_arguments(&self.sha, request);
         let report = report.clone();
+        let loader = Arc::clone(&self.loader);
         async move {
+            let seen = loader.attempts();
             let once = client.with_options(&Options {
                 fail_fast: true,
                 max_redirections: Some(MAX_REDIRECTIONS),
@@ -110,11 +116,17 @@ where
             let value = match evalsha().await {
                 Ok(value) => value,
                 Err(error) if is_no_script(&error) => {
-                    let sha: String = client
-                        .script_load_cluster(script::SOURCE)
-                        .await
-                        .map_err(classify)?;
-                    report.emit(Event::ScriptLoaded { sha: &sha });
+                    let loaded = loader
+                        .load(seen, || async {
+                            client
+                                .script_load_cluster::<String, _>(script::SOURCE)
+                                .await
+                                .map_err(classify)
+                        })
+                        .await?;
+                    if let Some(sha) = loaded {
+                        report.emit(Event::ScriptLoaded { sha: &sha });
+                    }
                     evalsha().await.map_err(classify)?
                 }
                 Err(error) => return Err(classify(error)),

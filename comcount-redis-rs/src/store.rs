@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use comcount_core::diagnostics::{Event, Reporter};
+use comcount_core::script::ScriptLoader;
 use comcount_core::{FlushReply, FlushRequest, Store, StoreError, script};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Value};
@@ -24,11 +25,14 @@ use crate::reply::fields;
 /// never reconnects (see [`new`](Self::new)). Each flush runs the flush
 /// script with `EVALSHA`; when the server answers `NOSCRIPT` (first use, after `SCRIPT FLUSH`,
 /// a restart or a failover) the store loads the script with `SCRIPT LOAD`, reports
-/// [`Event::ScriptLoaded`], and sends the `EVALSHA` again.
+/// [`Event::ScriptLoaded`], and sends the `EVALSHA` again. The flushes of one store and its
+/// clones that find the script missing together load it once between them
+/// ([`ScriptLoader`](comcount_core::script::ScriptLoader)).
 #[derive(Clone)]
 pub struct RedisStore<C> {
     connection: C,
     sha: Arc<str>,
+    loader: Arc<ScriptLoader>,
 }
 
 impl<C> RedisStore<C>
@@ -49,6 +53,7 @@ where
         Self {
             connection,
             sha: script_sha(),
+            loader: Arc::default(),
         }
     }
 
@@ -87,15 +92,24 @@ where
         let mut connection = self.connection.clone();
         let evalsha = evalsha(&self.sha, request);
         let report = report.clone();
+        let loader = Arc::clone(&self.loader);
         async move {
+            let seen = loader.attempts();
             let value = match evalsha.query_async::<Value>(&mut connection).await {
                 Ok(value) => value,
                 Err(error) if is_no_script(&error) => {
-                    let sha: String = load()
-                        .query_async(&mut connection)
-                        .await
-                        .map_err(classify)?;
-                    report.emit(Event::ScriptLoaded { sha: &sha });
+                    let mut loading = connection.clone();
+                    let loaded = loader
+                        .load(seen, || async move {
+                            load()
+                                .query_async::<String>(&mut loading)
+                                .await
+                                .map_err(classify)
+                        })
+                        .await?;
+                    if let Some(sha) = loaded {
+                        report.emit(Event::ScriptLoaded { sha: &sha });
+                    }
                     evalsha
                         .query_async::<Value>(&mut connection)
                         .await

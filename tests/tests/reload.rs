@@ -1,5 +1,6 @@
 //! The stores load the flush script when the server lacks it: on first use, after
-//! `SCRIPT FLUSH`, after a restart, and on every node of a cluster. Each load is reported.
+//! `SCRIPT FLUSH`, after a restart, and on every node of a cluster; once for many flushes that
+//! find it missing together. Each load is reported.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use comcount_tests::connect::{self, RECONNECT_TIMEOUT};
 use comcount_tests::server::RedisServer;
 use comcount_tests::settings::{self, sleep};
 use comcount_tests::shared;
+use futures::future::join_all;
 
 /// Runs the script once (a flush expecting interval 0 asks for the time and writes nothing),
 /// retrying while the client reconnects; returns how many script loads it reported.
@@ -53,6 +55,61 @@ fn script_flush(port: u16) {
         .arg("FLUSH")
         .query(&mut connection)
         .unwrap();
+}
+
+/// How many `SCRIPT LOAD`s the server at `port` ran.
+fn script_loads(port: u16) -> u64 {
+    let mut connection = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut connection)
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_script|load:"))
+        .and_then(|stats| stats.strip_prefix("calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+/// After `SCRIPT FLUSH`, `flushes` flushes at once through `store` (as from as many counters
+/// after a failover): every one goes through, and the server loads the script once for all of
+/// them, once for each before. Returns the loads reported.
+async fn many_at_once_load_once<S: Store>(store: &S, port: u16, flushes: usize) -> usize {
+    let recorder = Recorder::new();
+    script_flush(port);
+    assert_eq!(run_script(store, &recorder).await, 1, "first use loads");
+    script_flush(port);
+    let before = script_loads(port);
+    let report = Reporter::new("reload", Arc::new(recorder.clone()));
+    let requests = Requests::fresh(settings::interval());
+    let probes: Vec<_> = (0..flushes)
+        .map(|_| requests.flush(ParticipantId::random(), 1, 1, 0))
+        .collect();
+    let replies = join_all(probes.iter().map(|probe| store.flush(probe, &report))).await;
+    for reply in replies {
+        assert_eq!(reply.unwrap().outcome, Outcome::WrongInterval);
+    }
+    assert_eq!(
+        script_loads(port) - before,
+        1,
+        "SCRIPT LOADs for {flushes} flushes"
+    );
+    recorder.with_message("script loaded").len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_flushes_that_find_the_script_missing_load_it_once() {
+    let server = RedisServer::standalone();
+    let redis_rs = RedisStore::new(connect::manager(&server.url()).await);
+    assert_eq!(
+        many_at_once_load_once(&redis_rs, server.port(), 500).await,
+        2
+    );
+    let fred = FredStore::new(connect::fred_client(&server.url()).await);
+    assert_eq!(many_at_once_load_once(&fred, server.port(), 500).await, 2);
 }
 
 fn assert_sha(recorder: &Recorder, sha: &str) {
