@@ -297,3 +297,22 @@ fn log_tail(path: &Path) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(10)..].join("\n")
 }
+
+/// How many times the server on `port` ran the commands named (as `INFO commandstats` names
+/// them: `evalsha`, `script|load`), together.
+pub fn command_calls(port: u16, commands: &[&str]) -> u64 {
+    let mut connection = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut connection)
+        .unwrap();
+    info.lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_")?.split_once(':'))
+        .filter(|(command, _)| commands.contains(command))
+        .filter_map(|(_, stats)| stats.strip_prefix("calls=")?.split(',').next())
+        .map(|calls| calls.parse::<u64>().unwrap())
+        .sum()
+}

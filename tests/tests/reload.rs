@@ -12,7 +12,7 @@ use comcount_redis_rs::RedisStore;
 use comcount_tests::cluster::Cluster;
 use comcount_tests::conformance::Requests;
 use comcount_tests::connect::{self, RECONNECT_TIMEOUT};
-use comcount_tests::server::RedisServer;
+use comcount_tests::server::{RedisServer, command_calls};
 use comcount_tests::settings::{self, sleep};
 use comcount_tests::shared;
 use futures::future::join_all;
@@ -59,19 +59,7 @@ fn script_flush(port: u16) {
 
 /// How many `SCRIPT LOAD`s the server at `port` ran.
 fn script_loads(port: u16) -> u64 {
-    let mut connection = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut connection)
-        .unwrap();
-    info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_script|load:"))
-        .and_then(|stats| stats.strip_prefix("calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().unwrap())
+    command_calls(port, &["script|load"])
 }
 
 /// After `SCRIPT FLUSH`, `flushes` flushes at once through `store` (as from as many counters

@@ -12,31 +12,13 @@ use comcount_fred::fred::types::{ClusterHash, CustomCommand};
 use comcount_redis_rs::RedisStore;
 use comcount_tests::connect;
 use comcount_tests::recording::{FlushRecords, RecordingStore};
-use comcount_tests::server::RedisServer;
+use comcount_tests::server::{RedisServer, command_calls};
 use comcount_tests::settings::{self, sleep};
 use tokio::task::JoinHandle;
 
 /// How many times the server ran a script (EVAL and EVALSHA).
 fn script_calls(port: u16) -> u64 {
-    let mut connection = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut connection)
-        .unwrap();
-    info.lines()
-        .filter(|line| line.starts_with("cmdstat_eval:") || line.starts_with("cmdstat_evalsha:"))
-        .filter_map(|line| {
-            line.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+    command_calls(port, &["eval", "evalsha"])
 }
 
 struct Running {
