@@ -216,7 +216,8 @@ pub enum ResendReason {
     /// The last copy failed on the way, with an error worth sending again for (a dropped
     /// connection, a cluster moving a slot, ...).
     Failed,
-    /// The store's clock was more than one interval from the one the copy was aimed at.
+    /// The store's clock was in an interval outside the copy's window (more than its reach
+    /// from the one it was aimed at).
     WrongInterval,
     /// This participant had already added to the interval the copy landed in: the flush goes
     /// to a later one.

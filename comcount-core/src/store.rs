@@ -2,8 +2,8 @@
 //!
 //! A [`Store`] runs one flush at a time for a counter, as laid down by the flush protocol: it adds
 //! the amount to the running total of the interval the store's own clock is in, at most once per
-//! participant and interval, provided that interval is within one of the one the flush expects,
-//! and answers with the total of the interval before. Every check comes before the first write,
+//! participant and interval, provided that interval is within the flush's reach of the one it
+//! expects, and answers with the total of the interval before. Every check comes before the first write,
 //! so a refused flush leaves the store as it was.
 
 use std::borrow::Cow;
@@ -366,8 +366,8 @@ fn out_of_range(what: String) -> StoreError {
 /// What the store did with a flush.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Outcome {
-    /// Added to the interval the store's clock is in, which is within one of the expected
-    /// interval; the participant's fence now holds this flush.
+    /// Added to the interval the store's clock is in, which is within
+    /// [`FlushRequest::window`]; the participant's fence now holds this flush.
     Applied,
     /// This very flush (same sequence number) was applied before; nothing was written again.
     /// The reply's [`counted_in`](FlushReply::counted_in) says in which interval.
@@ -377,8 +377,8 @@ pub enum Outcome {
     /// The participant already added to this interval; nothing was written and the amount was
     /// certainly not counted.
     Fenced,
-    /// The store's clock is more than one interval away from the expected one (outside
-    /// [`FlushRequest::window`]); nothing was written. The reply's interval and phase say where
+    /// The store's clock is in an interval outside [`FlushRequest::window`] (more than the
+    /// flush's reach from the expected one); nothing was written. The reply's interval and phase say where
     /// it is.
     WrongInterval,
 }
@@ -445,7 +445,8 @@ impl FlushReply {
 /// # Contract
 ///
 /// - A flush lands in the interval `n` the store's clock is in when `n` is within
-///   [`FlushRequest::window`] (one interval either side of `expect`); elsewhere it is
+///   [`FlushRequest::window`] (the flush's reach, one to three intervals, either side of
+///   `expect`); elsewhere it is
 ///   [`Outcome::WrongInterval`]. The fence decides as in [`Outcome`], against `n`.
 /// - A refused flush ([`Outcome::Duplicate`], [`Outcome::Stale`], [`Outcome::Fenced`],
 ///   [`Outcome::WrongInterval`]) changes nothing in the store.
