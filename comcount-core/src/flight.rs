@@ -43,6 +43,10 @@ pub(crate) struct Flight {
     /// Whether some copy may have been applied without this flush hearing of it: one that
     /// went unanswered, or answered with an error that leaves it unknown.
     maybe_counted: bool,
+    /// Whether a copy answered as not applied may land yet: one turned away for now, which a
+    /// client may send again on its own, or one answered as a wrong interval or fenced, which
+    /// a client's replay would carry into another interval of its window.
+    may_land_later: bool,
     /// The latest interval a copy could land in: the end of its window.
     latest_reach: Option<u64>,
 }
@@ -54,6 +58,7 @@ impl Flight {
         self.awaited.clear();
         self.last_sent = None;
         self.maybe_counted = false;
+        self.may_land_later = false;
         self.latest_reach = None;
     }
 
@@ -145,6 +150,25 @@ impl Flight {
     /// Notes that some copy may have been applied unheard of.
     pub(crate) fn may_have_counted(&mut self) {
         self.maybe_counted = true;
+    }
+
+    /// Notes a copy answered as not applied for now: turned away, in a wrong interval, or
+    /// fenced. It may land yet, if a client sends it again.
+    pub(crate) fn not_applied_yet(&mut self) {
+        self.may_land_later = true;
+    }
+
+    /// Notes that the store holds a later flush of this participant: no copy of this one can
+    /// land any more.
+    pub(crate) fn superseded(&mut self) {
+        self.may_land_later = false;
+    }
+
+    /// Whether every copy sent has been refused outright: answered, none applied or left
+    /// unknown, and none can land later. Such a flush was certainly not counted, and never
+    /// will be.
+    pub(crate) fn refused_outright(&self) -> bool {
+        self.all_answered_unapplied() && !self.may_land_later
     }
 
     /// Whether every copy sent has answered, and none was applied or left it unknown.

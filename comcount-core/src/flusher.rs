@@ -481,6 +481,8 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 if error.may_have_applied() {
                     self.flight.may_have_counted();
                     wait = wait.max(round_trip);
+                } else {
+                    self.flight.not_applied_yet();
                 }
                 plan.last_error = Some(error);
                 self.plan_copy(
@@ -520,6 +522,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             }
             Outcome::Stale => {
                 self.refresh(&reply.previous_totals, round_trip);
+                self.flight.superseded();
                 plan.refusal = Some(StoreError::refused(StaleFlush));
                 plan.next_copy = None;
             }
@@ -527,6 +530,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 // This participant added to this interval already: the same flush goes to a
                 // later one.
                 self.refresh(&reply.previous_totals, round_trip);
+                self.flight.not_applied_yet();
                 self.last_added = self.last_added.max(Some(reply.interval));
                 plan.wrong_in_a_row = 0;
                 let wait = self
@@ -537,6 +541,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 self.plan_copy(plan, answer.sent, now + wait, why);
             }
             Outcome::WrongInterval => {
+                self.flight.not_applied_yet();
                 plan.wrong_in_a_row += 1;
                 let wait = self.after_wrong_interval(now, &mut plan.wrong_in_a_row);
                 let why = Why::Retarget(ResendReason::WrongInterval);
@@ -579,8 +584,13 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         let flight = &self.flight;
         match plan.refusal {
             // A refusal is final: a copy run again is refused again, and a stale one is
-            // behind a later flush of this participant for good.
-            Some(refusal) if flight.all_answered_unapplied() => self.give_up(&refusal, true),
+            // behind a later flush of this participant for good. Dropped only if no other
+            // copy can land: one turned away may be sent again by its client.
+            Some(refusal)
+                if flight.refused_outright() || flight.certainly_not_counted(self.last_added) =>
+            {
+                self.give_up(&refusal, true)
+            }
             Some(refusal) => self.give_up(&refusal, false),
             // No copy can ever be applied: the amounts join a later flush.
             None if flight.certainly_not_counted(self.last_added) => {

@@ -172,6 +172,41 @@ fn a_turned_away_copy_the_client_retries_is_not_put_back_when_the_counter_closes
     w.assert_accounted(6, 5);
 }
 
+/// A copy turned away that the client retries on its own, then a copy of the same flush
+/// refused: the retry lands, so the refusal must not report the amount dropped (certainly not
+/// counted), as it did when every copy had answered "not applied".
+#[test]
+fn a_refusal_after_a_turned_away_copy_the_client_retries_is_reported_unsettled() {
+    let mut w = World::new(
+        vec![
+            Fault::TurnedAwayThenReplayed { after: ms(30) },
+            Fault::Refused,
+        ],
+        |b| b,
+    );
+    let sent = w.sim.store.sends(ID).len();
+    w.counter.increment(5);
+    w.run_until_sent(sent + 2);
+    w.run_for(INTERVAL * 10);
+    assert_eq!(w.counted(), 6, "the retried copy is counted, once");
+    assert_eq!(w.dropped(), 0, "nothing is reported dropped");
+    assert_eq!(w.unsettled(), 5, "the flush is reported unsettled");
+    w.assert_accounted(6, 5);
+}
+
+/// Every copy of a flush refused outright: the amount is reported dropped.
+#[test]
+fn a_flush_refused_outright_is_reported_dropped() {
+    let mut w = World::new(vec![Fault::Refused], |b| b);
+    let sent = w.sim.store.sends(ID).len();
+    w.counter.increment(5);
+    w.run_until_sent(sent + 1);
+    w.run_for(INTERVAL * 10);
+    assert_eq!(w.dropped(), 5);
+    assert_eq!(w.unsettled(), 0);
+    w.assert_accounted(6, 0);
+}
+
 /// A store on the participant's own clock that answers each copy as staged: passed to a
 /// memory store at once, answered with an outcome or an error after a delay, or never.
 mod staged {

@@ -65,6 +65,8 @@ pub enum Fault {
     /// Turned away unrun and answered as unavailable, but the client retries it on its own
     /// after this long, and that reply is lost: a copy answered "not applied" may land yet.
     TurnedAwayThenReplayed { after: Duration },
+    /// Refused unrun (a permission missing, say), answered with an error that is final.
+    Refused,
 }
 
 /// The faults a model draws from, for an interval of `interval_ms`: mostly none, and each kind
@@ -83,6 +85,7 @@ pub fn fault(interval_ms: u64) -> impl Strategy<Value = Fault> {
         1 => (0..3 * i).prop_map(move |d| Fault::LostThenReplayed { after: ms(d) }),
         1 => Just(Fault::TurnedAway),
         2 => (0..3 * i).prop_map(move |d| Fault::TurnedAwayThenReplayed { after: ms(d) }),
+        1 => Just(Fault::Refused),
     ]
 }
 
@@ -346,6 +349,15 @@ impl SimStore {
         StoreError::unavailable("simulated busy store")
     }
 
+    fn refuse(&self, request: &FlushRequest) -> StoreError {
+        self.lock().failures.push(Failure {
+            participant: request.participant.as_u64(),
+            seq: request.seq,
+            amount: request.amount(),
+        });
+        StoreError::refused("simulated refusal")
+    }
+
     fn replay_later(&self, request: &FlushRequest, after: Duration) {
         let at = self.clock.now() + after;
         self.lock().replays.push((at, request.clone()));
@@ -386,6 +398,7 @@ impl SimStore {
                 self.replay_later(&request, after);
                 Err(self.turn_away(&request))
             }
+            Fault::Refused => Err(self.refuse(&request)),
         }
     }
 }
