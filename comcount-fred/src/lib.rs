@@ -122,6 +122,10 @@
 //! `NOPERM`) is [`Refused`](StoreErrorKind::Refused), nothing written; a lost connection, a
 //! timeout or a command fred gave up on is [`Unanswered`](StoreErrorKind::Unanswered); a reply
 //! that is not the script's is [`Malformed`](StoreErrorKind::Malformed).
+//!
+//! fred drops a connection on a `CLUSTERDOWN` reply and hands that reply to every command still
+//! waiting on it, some of which may have run. The counter allows for it: a copy turned away may
+//! land yet, so a flush it belongs to is reported dropped only once no copy can land.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod connect;

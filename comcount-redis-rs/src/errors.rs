@@ -10,8 +10,10 @@ use redis::{ErrorKind, RedisError};
 ///   other (a script error such as `ERR comcount: ...` or an overflowing total, `NOPERM`, ...)
 ///   → refused.
 /// - A reply that does not parse → malformed.
-/// - Everything else (connection lost, timed out, no node reachable) leaves it unknown whether
-///   the flush ran. → unanswered.
+/// - Everything else (connection lost, timed out, no node reachable, an error line whose first
+///   word is not an upper-case code, which a proxy in the way may have written after the
+///   command went on) leaves it unknown whether the flush ran. → unanswered, as the fred store
+///   has it.
 ///
 /// The store loads the script on the first `NOSCRIPT` and sends the `EVALSHA` again; only the
 /// `NOSCRIPT` of that second `EVALSHA` reaches this function.
@@ -20,6 +22,9 @@ pub(crate) fn classify(error: RedisError) -> StoreError {
         ErrorKind::Server(kind) if passing(kind) => StoreError::unavailable(error),
         ErrorKind::Extension if error.code().is_some_and(|code| PASSING.contains(&code)) => {
             StoreError::unavailable(error)
+        }
+        ErrorKind::Extension if !error.code().is_some_and(is_server_code) => {
+            StoreError::unanswered(error)
         }
         ErrorKind::Server(_) | ErrorKind::Extension => StoreError::refused(error),
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => StoreError::malformed(error),
@@ -43,6 +48,11 @@ fn passing(kind: redis::ServerErrorKind) -> bool {
 /// script or function is running) and `NOREPLICAS` (too few replicas for a write, before any
 /// command of the script ran).
 const PASSING: [&str; 2] = ["BUSY", "NOREPLICAS"];
+
+/// Whether `code`, an error line's first word, is a server's error code: upper-case letters.
+fn is_server_code(code: &str) -> bool {
+    code.len() >= 2 && code.bytes().all(|b| b.is_ascii_uppercase())
+}
 
 /// Whether the server answered that it does not hold the script.
 pub(crate) fn is_no_script(error: &RedisError) -> bool {
@@ -79,6 +89,13 @@ mod tests {
             kind("NOPERM this user has no permissions to run the 'evalsha' command"),
             StoreErrorKind::Refused
         );
+    }
+
+    #[test]
+    fn an_error_line_without_a_servers_code_is_unanswered() {
+        for line in ["upstream failure", "comcount: fence is not a fence", "E oops"] {
+            assert_eq!(kind(line), StoreErrorKind::Unanswered, "{line}");
+        }
     }
 
     #[test]

@@ -132,7 +132,8 @@
 //! reply that says "not now" (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `BUSY`,
 //! `NOREPLICAS`, ...) is [`Unavailable`](StoreErrorKind::Unavailable), sent again after a
 //! backoff; any other error reply (a script error, an overflowing total, `NOPERM`) is
-//! [`Refused`](StoreErrorKind::Refused), nothing written; a lost connection or a timeout is
+//! [`Refused`](StoreErrorKind::Refused), nothing written; a lost connection, a timeout or an
+//! error line without an upper-case code (a proxy's, say) is
 //! [`Unanswered`](StoreErrorKind::Unanswered); a reply that is not the script's is
 //! [`Malformed`](StoreErrorKind::Malformed).
 #![cfg_attr(docsrs, feature(doc_cfg))]
