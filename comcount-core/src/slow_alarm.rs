@@ -176,6 +176,11 @@ impl SlowAlarm {
             self.calm_since = None;
         } else {
             self.calm_since = None;
+            if !self.raised && !self.another_waits_long(partition, now) {
+                // Not above the threshold: the slowness seen before did not last.
+                self.since = None;
+                self.worst = Duration::ZERO;
+            }
         }
     }
 
@@ -317,6 +322,21 @@ mod tests {
         alarm.awaiting(0, Some(ms(1_200)));
         assert!(!alarm.another_waits_long(0, ms(2_000)));
         assert!(alarm.another_waits_long(1, ms(2_000)));
+    }
+
+    #[test]
+    fn a_slow_reply_among_replies_under_the_threshold_is_not_reported() {
+        let (report, recorder) = reporter();
+        let mut alarm = SlowAlarm::new(ms(100));
+        alarm.answered(0, ms(0), ms(60), &report);
+        // Every later reply takes 45 ms: under the threshold, though not calm.
+        for t in (100..3_000).step_by(100) {
+            alarm.answered(0, ms(t), ms(t + 45), &report);
+            if let Some(at) = alarm.next_check(ms(t + 50)) {
+                alarm.waiting(ms(t + 50), at.min(ms(t + 99)), &report);
+            }
+        }
+        assert!(recorder.records().is_empty(), "{:?}", recorder.records());
     }
 
     #[test]
