@@ -42,6 +42,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::error::StoreError;
@@ -409,6 +410,8 @@ impl<A: Diagnostics, B: Diagnostics> Diagnostics for (A, B) {
 pub struct Reporter {
     counter: Arc<str>,
     sink: Arc<dyn Diagnostics>,
+    /// Whether the sink panicked while recording an event, shared by the clones.
+    sink_panicked: Arc<AtomicBool>,
 }
 
 impl Reporter {
@@ -417,12 +420,28 @@ impl Reporter {
         Self {
             counter: counter.into(),
             sink,
+            sink_panicked: Arc::default(),
         }
     }
 
     /// Sends `event` to the diagnostics.
     pub fn emit(&self, event: Event<'_>) {
+        /// Notes the sink's panic, if it unwinds through here.
+        struct Unwinding<'a>(&'a AtomicBool);
+        impl Drop for Unwinding<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let unwinding = Unwinding(&self.sink_panicked);
         self.sink.record(&self.counter, &event);
+        std::mem::forget(unwinding);
+    }
+
+    /// Whether the sink has panicked while recording an event: a counter whose background task
+    /// unwinds then reports nothing more to it, since a second panic would abort the process.
+    pub(crate) fn sink_panicked(&self) -> bool {
+        self.sink_panicked.load(Ordering::Relaxed)
     }
 
     /// The counter's name.

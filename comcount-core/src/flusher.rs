@@ -89,15 +89,15 @@ impl<S, T> Flusher<S, T> {
 }
 
 impl<S, T> Drop for Flusher<S, T> {
-    /// The loop dropped in the middle of a flush (its runtime shut down, or the task was
-    /// dropped) accounts for the flush as a close does. While a panic unwinds, the diagnostics
-    /// may be what panicked: nothing is reported then, and only amounts that certainly were
-    /// not counted go back.
+    /// The loop dropped in the middle of a flush (its runtime shut down, the task was dropped,
+    /// or a panic unwinds through it, the store's or the application's) accounts for the flush
+    /// as a close does. If the diagnostics are what panicked, nothing more is reported to
+    /// them, and only amounts that certainly were not counted go back.
     fn drop(&mut self) {
         if !self.unsettled {
             return;
         }
-        if !std::thread::panicking() {
+        if !self.report.sink_panicked() {
             self.abandon(Abandoned::DroppedInFlight);
         } else if self.flight.certainly_not_counted(self.last_added) {
             self.batch.put_back(&self.request, &self.report);
@@ -743,9 +743,10 @@ impl fmt::Display for Abandoned {
                  it was counted is unknown"
             }
             Abandoned::DroppedInFlight => {
-                "the counter's background task was dropped (its runtime shut down, say) while \
-                 the flush was in the store's hands, so whether it was counted is unknown; to \
-                 settle it, let the task run until it ends after close()"
+                "the counter's background task was dropped (its runtime shut down, or a panic \
+                 unwound through it) while the flush was in the store's hands, so whether it \
+                 was counted is unknown; to settle it, let the task run until it ends after \
+                 close()"
             }
         })
     }

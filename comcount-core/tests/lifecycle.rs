@@ -130,6 +130,154 @@ fn a_family_closed_and_dropped_with_a_flush_in_the_air_reports_it_unsettled() {
     assert_eq!(failed[0].attribute("key"), Some("acme"));
 }
 
+/// The application panics with a flush in the store's hands, and its runtime is dropped while
+/// the panic unwinds (as with a runtime owned by the panicking frame): the counter's store and
+/// diagnostics did not panic, so the flush is reported unsettled as on any other drop.
+#[test]
+fn a_worker_dropped_while_the_application_panics_reports_its_flush_unsettled() {
+    let clock = VirtualClock::new();
+    let store = ScriptedStore::new(clock.clone());
+    let events = Recorder::new();
+    let mut pool = LocalPool::new();
+    let (counter, worker) = Counter::builder("unwound", INTERVAL)
+        .diagnostics(events.clone())
+        .build(store.clone(), clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    store.then([Action::Hang]);
+    counter.increment(7);
+    pool.run_until_stalled();
+    assert_eq!(store.calls(), 1);
+    let application = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _runtime = pool;
+        panic!("the application's own bug");
+    }));
+    assert!(application.is_err());
+    assert_eq!(one_failure(&events), ("0".into(), "7".into()));
+    assert_eq!(counter.buffered(), 0);
+}
+
+/// A store that hangs on the flushes that carry `hang` and panics on the others, half an
+/// interval after they are sent.
+#[derive(Clone)]
+struct HangsOrPanics {
+    clock: VirtualClock,
+    hang: &'static str,
+}
+
+impl Store for HangsOrPanics {
+    fn name(&self) -> &str {
+        "hangs-or-panics"
+    }
+
+    fn flush(
+        &self,
+        request: &FlushRequest,
+        _report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        let hang = request.entries.iter().any(|entry| &*entry.key == self.hang);
+        let sleep = comcount_core::clock::Timer::sleep(&self.clock, INTERVAL / 2);
+        async move {
+            if hang {
+                std::future::pending::<()>().await;
+            }
+            sleep.await;
+            panic!("a store's bug");
+        }
+    }
+}
+
+/// The store panics on one partition's flush while another partition's flush is in its hands:
+/// the panic ends the family's worker, and the other partition's flush is reported unsettled.
+#[test]
+fn a_store_panic_reports_another_partitions_flush_in_the_air_unsettled() {
+    let clock = VirtualClock::new();
+    let events = Recorder::new();
+    let mut pool = LocalPool::new();
+    let partitions = 2;
+    let hung = "acme";
+    let other = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|key| {
+            comcount_core::keys::partition_of(key, partitions)
+                != comcount_core::keys::partition_of(hung, partitions)
+        })
+        .unwrap();
+    let store = HangsOrPanics {
+        clock: clock.clone(),
+        hang: hung,
+    };
+    let (family, worker) = Family::builder("panicky", INTERVAL)
+        .partitions(partitions)
+        .diagnostics(events.clone())
+        .build(store, clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    family.increment(hung, 7);
+    family.increment(&other, 1);
+    pool.run_until_stalled();
+    assert_eq!(
+        family.buffered(hung),
+        0,
+        "the flush of {hung} is in the air"
+    );
+    clock.advance(INTERVAL);
+    let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pool.run_until_stalled();
+    }));
+    assert!(ended.is_err(), "the store panicked");
+    let failed = events.with_message("flush failed");
+    let reported = failed
+        .iter()
+        .find(|event| event.attribute("key") == Some(hung))
+        .unwrap_or_else(|| panic!("7 units of {hung} vanished: {:?}", events.records()));
+    assert_eq!(reported.attribute("unsettled"), Some("7"));
+}
+
+/// A sink that panics on its first `flush failed` event.
+#[derive(Clone, Default)]
+struct PanicsOnFailure(Recorder);
+
+impl comcount_core::diagnostics::Diagnostics for PanicsOnFailure {
+    fn record(&self, counter: &str, event: &comcount_core::diagnostics::Event<'_>) {
+        self.0.record(counter, event);
+        if matches!(event, comcount_core::diagnostics::Event::FlushFailed { .. }) {
+            panic!("a sink's bug");
+        }
+    }
+}
+
+/// The diagnostics panic while a family's worker reports a failed flush: the worker ends, and
+/// the flush still in the air in another partition is not reported to the sink that panicked
+/// (a second panic while unwinding would abort the process).
+#[test]
+fn a_sink_that_panicked_is_told_nothing_more() {
+    let clock = VirtualClock::new();
+    let store = ScriptedStore::new(clock.clone());
+    let sink = PanicsOnFailure::default();
+    let mut pool = LocalPool::new();
+    let (family, worker) = Family::builder("sunk", INTERVAL)
+        .partitions(2)
+        .diagnostics(sink.clone())
+        .build(store.clone(), clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    store.then([Action::Hang, Action::Fail(|| StoreError::refused("NOPERM"))]);
+    let (first, second) = ("acme", "globex");
+    assert_ne!(
+        comcount_core::keys::partition_of(first, 2),
+        comcount_core::keys::partition_of(second, 2)
+    );
+    family.increment(first, 7);
+    family.increment(second, 3);
+    let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pool.run_until_stalled();
+    }));
+    assert!(ended.is_err(), "the sink panicked");
+    drop(pool);
+    assert_eq!(sink.0.with_message("flush failed").len(), 1);
+}
+
 /// A store that answers from memory until told to panic.
 #[derive(Clone)]
 struct Panicking {

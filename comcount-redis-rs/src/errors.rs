@@ -93,7 +93,11 @@ mod tests {
 
     #[test]
     fn an_error_line_without_a_servers_code_is_unanswered() {
-        for line in ["upstream failure", "comcount: fence is not a fence", "E oops"] {
+        for line in [
+            "upstream failure",
+            "comcount: fence is not a fence",
+            "E oops",
+        ] {
             assert_eq!(kind(line), StoreErrorKind::Unanswered, "{line}");
         }
     }
