@@ -51,10 +51,18 @@ impl Shared {
 
     /// Stops the background task for good: nothing is sent to the store after this returns,
     /// and no group total is known any more.
+    ///
+    /// Called from within the background task's own send (by the store, or by diagnostics that
+    /// a send reports to), it does not wait for the gate that send holds: it would never get
+    /// it. The send under way is the caller's own.
     pub(crate) fn close(&self) {
-        let gate = self.lock_gate();
-        self.closed.store(true, Ordering::Release);
-        drop(gate);
+        if gate_held_here(self) {
+            self.closed.store(true, Ordering::Release);
+        } else {
+            let gate = self.lock_gate();
+            self.closed.store(true, Ordering::Release);
+            drop(gate);
+        }
         self.loops.wake_all();
         self.forget_totals();
     }
@@ -87,7 +95,12 @@ impl Shared {
     /// Runs `f` unless the counter is closed, and keeps it from closing meanwhile.
     pub(crate) fn while_open<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
         let gate = self.lock_gate();
-        let result = (!self.closed.load(Ordering::Relaxed)).then(f);
+        let result = if self.closed.load(Ordering::Relaxed) {
+            None
+        } else {
+            let _held = HeldHere::enter(self);
+            Some(f())
+        };
         drop(gate);
         result
     }
@@ -216,5 +229,30 @@ pub(crate) struct Lifetime(pub(crate) Arc<Shared>);
 impl Drop for Lifetime {
     fn drop(&mut self) {
         self.0.close();
+    }
+}
+
+thread_local! {
+    /// The address of the [`Shared`] whose gate this thread holds, if any.
+    static GATE_HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether this thread holds `shared`'s gate: it is inside the background task's send.
+fn gate_held_here(shared: &Shared) -> bool {
+    GATE_HELD.with(|held| held.get() == std::ptr::from_ref(shared) as usize)
+}
+
+/// Marks this thread as holding a gate while it lives; restores the mark it found.
+struct HeldHere(usize);
+
+impl HeldHere {
+    fn enter(shared: &Shared) -> Self {
+        Self(GATE_HELD.with(|held| held.replace(std::ptr::from_ref(shared) as usize)))
+    }
+}
+
+impl Drop for HeldHere {
+    fn drop(&mut self) {
+        GATE_HELD.with(|held| held.set(self.0));
     }
 }

@@ -98,12 +98,15 @@ impl<T: Timer> Watch<T> {
             let mut alarm = pin!(wake_at.map(|at| self.timer.sleep(at.saturating_sub(now))));
             let (shared, partition) = (&self.shared, self.partition);
             let woke = poll_fn(|cx| {
-                // The stop first: once closed, nothing more of the future may run.
+                // The stop first: once closed, nothing more of the future may run. It runs
+                // under the gate, as a copy it polls may hand its command over only now.
                 if shared.poll_closed(partition, cx) {
                     return Poll::Ready(Woke::Stopped);
                 }
-                if let Poll::Ready(output) = future.as_mut().poll(cx) {
-                    return Poll::Ready(Woke::Done(output));
+                match shared.while_open(|| future.as_mut().poll(cx)) {
+                    None => return Poll::Ready(Woke::Stopped),
+                    Some(Poll::Ready(output)) => return Poll::Ready(Woke::Done(output)),
+                    Some(Poll::Pending) => {}
                 }
                 match alarm.as_mut().as_pin_mut().map(|s| s.poll(cx)) {
                     Some(Poll::Ready(())) => Poll::Ready(Woke::Alarm),

@@ -278,6 +278,137 @@ fn a_sink_that_panicked_is_told_nothing_more() {
     assert_eq!(sink.0.with_message("flush failed").len(), 1);
 }
 
+/// A store whose copies hand their command over on their second poll (a connection that
+/// reconnects first, a pool's checkout), and whose second poll closes the counter from another
+/// thread, noting whether `close()` returned before the command went.
+#[derive(Clone, Default)]
+struct SendsOnSecondPoll {
+    counter: Arc<std::sync::OnceLock<Counter>>,
+    sent_after_close: Arc<AtomicBool>,
+}
+
+impl Store for SendsOnSecondPoll {
+    fn name(&self) -> &str {
+        "sends-on-second-poll"
+    }
+
+    fn flush(
+        &self,
+        _request: &FlushRequest,
+        _report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        let this = self.clone();
+        let mut polls = 0;
+        std::future::poll_fn(move |_| {
+            polls += 1;
+            if polls == 2 {
+                let counter = this.counter.get().unwrap().clone();
+                let (closed, returned) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    counter.close();
+                    let _ = closed.send(());
+                });
+                if returned.recv_timeout(Duration::from_secs(2)).is_ok() {
+                    // close() has returned, and the command goes out now.
+                    this.sent_after_close.store(true, Ordering::SeqCst);
+                }
+            }
+            std::task::Poll::Pending
+        })
+    }
+}
+
+/// `close()` on another thread lands while the worker polls a copy that hands its command over
+/// on that poll: `close()` returns only after the poll, never before the command goes.
+#[test]
+fn a_copy_polled_as_close_lands_goes_before_close_returns() {
+    let clock = VirtualClock::new();
+    let store = SendsOnSecondPoll::default();
+    let mut pool = LocalPool::new();
+    let (counter, worker) = Counter::builder("second-poll", INTERVAL)
+        .diagnostics(Recorder::new())
+        .build(store.clone(), clock.clone())
+        .unwrap();
+    store.counter.set(counter.clone()).ok().unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    counter.increment(1);
+    pool.run_until_stalled();
+    // The first poll sent the copy; the second comes with the pause's end or the timeout.
+    run_virtual_until(&mut pool, &clock, INTERVAL * 3);
+    assert!(
+        counter.is_closed(),
+        "the store's second poll closed the counter"
+    );
+    assert!(
+        !store.sent_after_close.load(Ordering::SeqCst),
+        "a copy handed its command to the store after close() returned"
+    );
+}
+
+/// Diagnostics that close the counter on the event a store reports from inside its flush.
+#[derive(Clone, Default)]
+struct ClosesOnScriptLoaded(Arc<std::sync::OnceLock<Counter>>);
+
+impl comcount_core::diagnostics::Diagnostics for ClosesOnScriptLoaded {
+    fn record(&self, _counter: &str, event: &comcount_core::diagnostics::Event<'_>) {
+        if matches!(
+            event,
+            comcount_core::diagnostics::Event::ScriptLoaded { .. }
+        ) && let Some(counter) = self.0.get()
+        {
+            counter.close();
+        }
+    }
+}
+
+/// A memory store that reports `script loaded` as each flush is handed to it.
+#[derive(Clone)]
+struct ReportsOnFlush(MemoryStore<VirtualClock>);
+
+impl Store for ReportsOnFlush {
+    fn name(&self) -> &str {
+        "reports-on-flush"
+    }
+
+    fn flush(
+        &self,
+        request: &FlushRequest,
+        report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        report.emit(comcount_core::diagnostics::Event::ScriptLoaded { sha: "abc" });
+        self.0.flush(request, report)
+    }
+}
+
+/// Diagnostics that call `close()` on an event the store reports while the worker hands it a
+/// flush: `close()` returns, and the counter is closed.
+#[test]
+fn close_called_from_diagnostics_during_a_send_returns() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let clock = VirtualClock::new();
+        let sink = ClosesOnScriptLoaded::default();
+        let mut pool = LocalPool::new();
+        let (counter, worker) = Counter::builder("reentrant", INTERVAL)
+            .diagnostics(sink.clone())
+            .build(
+                ReportsOnFlush(MemoryStore::with_clock(clock.clone())),
+                clock.clone(),
+            )
+            .unwrap();
+        sink.0.set(counter.clone()).ok().unwrap();
+        pool.spawner().spawn_local(worker).unwrap();
+        counter.increment(1);
+        pool.run_until_stalled();
+        let _ = done.send(counter.is_closed());
+    });
+    assert_eq!(
+        finished.recv_timeout(Duration::from_secs(20)),
+        Ok(true),
+        "close() from within the diagnostics never returned"
+    );
+}
+
 /// A store that answers from memory until told to panic.
 #[derive(Clone)]
 struct Panicking {
