@@ -193,11 +193,12 @@ impl<K> Builder<K> {
     /// most half of it.
     ///
     /// The copies already sent are still awaited after the window: a flush is given up once it
-    /// has had no reply for the window, or for four intervals and four round trips if that is
-    /// longer, and `flush failed` then reports its amount as `unsettled`.
+    /// has had no reply for the window, four intervals or four round trips, whichever is
+    /// longest, and `flush failed` then reports its amount as `unsettled`.
     ///
-    /// `Duration::ZERO` sends no copy again for want of a reply, and drops the amount at the
-    /// first copy that fails on the way, as the original design does. A copy answered as a
+    /// `Duration::ZERO` sends no copy again for want of a reply, and gives the flush up at the
+    /// first copy that fails on the way, as the original design does: `dropped` if refused
+    /// outright, `unsettled` otherwise. A copy answered as a
     /// wrong interval or fenced still goes again: nothing of it was counted.
     pub fn resend_window(mut self, window: Duration) -> Self {
         self.policy.resend_window = Some(window);

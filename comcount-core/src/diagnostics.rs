@@ -69,7 +69,8 @@ pub enum Level {
     Trace,
     /// What a healthy counter does every interval, and the copies it sends again.
     Debug,
-    /// A counter starting or stopping, or its store answering in time again.
+    /// A counter starting or stopping, its store answering in time again, or its total known
+    /// again.
     Info,
     /// The group's total went unknown, the store answers too slowly for the interval, or it
     /// is set up in a way that will make flushes fail.
@@ -211,7 +212,8 @@ pub enum Event<'a> {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 #[non_exhaustive]
 pub enum ResendReason {
-    /// The last copy went unanswered for the flush timeout. It may still land; the store's
+    /// The last copy went unanswered for the resend timeout (the flush timeout until a reply
+    /// has timed the round trip). It may still land; the store's
     /// fence applies at most one copy.
     Unanswered,
     /// The last copy failed on the way, with an error worth sending again for (a dropped

@@ -37,7 +37,8 @@ pub enum ConfigError {
         /// The interval given.
         interval: Duration,
     },
-    /// The interval is so long that three of them overflow a millisecond count.
+    /// The interval is longer than 2^53 / 3 ms (about 95,000 years): the flush script keeps
+    /// three intervals in a number that Lua holds exactly only below 2^53.
     IntervalTooLong {
         /// The interval given.
         interval: Duration,
@@ -139,7 +140,7 @@ impl fmt::Display for ConfigError {
                 f,
                 "the resend window {window:?} is longer than half the fence's life \
                  ({fence_ttl:?}): a resent flush must never outlive the fence that stops it \
-                 counting twice, so use a window under {:?}",
+                 counting twice, so use a window of at most {:?}",
                 *fence_ttl / 2
             ),
             ConfigError::Partitions { partitions, max } => write!(
@@ -358,8 +359,8 @@ impl fmt::Display for StoreError {
             ),
             StoreErrorKind::Unavailable => write!(
                 f,
-                "store turned the flush away for now, nothing was written ({}); it is sent \
-                 again within the resend window",
+                "store turned the flush away for now ({}); if it lasts, check the store's \
+                 health: a failover, a slot moving, a long script",
                 self.source
             ),
             StoreErrorKind::Malformed => write!(

@@ -702,8 +702,8 @@ struct NoReply;
 impl fmt::Display for NoReply {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(
-            "no copy of the flush was answered within the resend window, so whether it was \
-             counted is unknown; check that the store is reachable and not overloaded",
+            "no copy of the flush was answered before it was given up (the store may be \
+             overloaded), so whether it was counted is unknown",
         )
     }
 }
@@ -762,8 +762,9 @@ struct StaleFlush;
 impl fmt::Display for StaleFlush {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(
-            "the store already applied a later flush under this participant id; \
-             give every live participant its own id",
+            "the store already applied a later flush under this participant id: give every \
+             live participant its own id, and keep the wall clock of one restarting under a \
+             fixed id from going back",
         )
     }
 }

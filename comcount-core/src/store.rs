@@ -3,8 +3,8 @@
 //! A [`Store`] runs one flush at a time for a counter, as laid down by the flush protocol: it adds
 //! the amount to the running total of the interval the store's own clock is in, at most once per
 //! participant and interval, provided that interval is within the flush's reach of the one it
-//! expects, and answers with the total of the interval before. Every check comes before the first write,
-//! so a refused flush leaves the store as it was.
+//! expects, and answers with the total of the interval before. Every check comes before the
+//! first write, so a refused flush leaves the store as it was.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -378,8 +378,8 @@ pub enum Outcome {
     /// certainly not counted.
     Fenced,
     /// The store's clock is in an interval outside [`FlushRequest::window`] (more than the
-    /// flush's reach from the expected one); nothing was written. The reply's interval and phase say where
-    /// it is.
+    /// flush's reach from the expected one); nothing was written. The reply's interval and
+    /// phase say where it is.
     WrongInterval,
 }
 
