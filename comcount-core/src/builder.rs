@@ -153,7 +153,9 @@ impl<K> Builder<K> {
     /// Uses `id` as this participant's identity instead of a random one.
     ///
     /// Two live participants must never share an id: the store would take them for one and
-    /// refuse the second's flushes. A fixed id suits tests that need stable key names, and a
+    /// refuse the flushes of the one that numbers them lower, reporting each as `flush failed`
+    /// (`stale`). Two started in the same millisecond would number them alike; each start is
+    /// placed at random within its millisecond, which makes that unlikely, not impossible. A fixed id suits tests that need stable key names, and a
     /// participant whose identity outlives its process (a pod of a StatefulSet, say).
     ///
     /// # Restarting with the same id
@@ -226,7 +228,7 @@ impl<K> Builder<K> {
         let clock: Arc<dyn Clock> = Arc::new(timer.clone());
         let shared = Arc::new(Shared::new(Arc::clone(&settings.name), keys, clock));
         let tick = Tick {
-            first_seq: sequence::first(SystemClock.now()),
+            first_seq: sequence::first(SystemClock.now(), fastrand::u64(..sequence::SPREAD)),
             alarm: SharedAlarm::new(settings.interval),
             report: Reporter::new(Arc::clone(&settings.name), self.diagnostics),
             participant: self.participant.unwrap_or_else(ParticipantId::random),

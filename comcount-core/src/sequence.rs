@@ -12,12 +12,26 @@ pub(crate) const MAX: u64 = FlushRequest::MAX_SEQ;
 /// than a participant sends in a millisecond, by far.
 const PER_MILLI: u64 = 1000;
 
+/// The numbers of a millisecond that a start may be placed at, at random: the lower half, so
+/// that the upper half stays free for the flushes of that millisecond.
+pub(crate) const SPREAD: u64 = PER_MILLI / 2;
+
 /// The number the first flush of a participant started at `wall` (since the Unix epoch)
-/// follows. It grows by a thousand a millisecond, and stays under [`MAX`] for a participant
-/// that sends fewer than 2^50 flushes, until the year 2255.
-pub(crate) fn first(wall: Duration) -> u64 {
+/// follows, `spread` (below [`SPREAD`]) into its millisecond. It grows by a thousand a
+/// millisecond, and stays under [`MAX`] for a participant that sends fewer than 2^50 flushes,
+/// until the year 2255.
+///
+/// Two participants under one id (a mistake, but one that happens: two pods given the same
+/// name) started in the same millisecond would otherwise number their flushes alike, and the
+/// second's would be answered as the first's duplicates: lost, and reported completed. Drawn
+/// apart, one's flushes come after the other's, and the store answers the older ones `stale`,
+/// which is reported.
+pub(crate) fn first(wall: Duration, spread: u64) -> u64 {
     let millis = u64::try_from(wall.as_millis()).unwrap_or(u64::MAX);
-    millis.saturating_mul(PER_MILLI).min(MAX - (1 << 50))
+    millis
+        .saturating_mul(PER_MILLI)
+        .saturating_add(spread % SPREAD)
+        .min(MAX - (1 << 50))
 }
 
 #[cfg(test)]
@@ -27,11 +41,23 @@ mod tests {
     #[test]
     fn a_restart_numbers_its_flushes_after_the_last_run() {
         let start = Duration::from_secs(1_790_000_000);
-        let first_run = first(start);
+        let first_run = first(start, SPREAD - 1);
         // A run of a year at one flush a millisecond.
         let last_sent = first_run + 365 * 24 * 3600 * 1000;
         let restart = start + Duration::from_secs(365 * 24 * 3600) + Duration::from_millis(1);
-        assert!(first(restart) > last_sent);
+        assert!(first(restart, 0) > last_sent);
+        // A restart a millisecond later, after a flush in that millisecond.
+        let soon = start + Duration::from_millis(1);
+        assert!(first(soon, 0) > first_run + 1);
+    }
+
+    #[test]
+    fn starts_in_the_same_millisecond_are_spread_apart() {
+        let start = Duration::from_millis(1_790_000_000_123);
+        assert_eq!(first(start, 0), 1_790_000_000_123_000);
+        assert_eq!(first(start, 7), first(start, 0) + 7);
+        assert_eq!(first(start, SPREAD + 7), first(start, 7));
+        assert!(first(start, SPREAD - 1) < first(start + Duration::from_millis(1), 0));
     }
 
     #[test]
@@ -44,8 +70,8 @@ mod tests {
 
     #[test]
     fn stays_exact_in_the_script() {
-        assert!(first(Duration::from_secs(1_790_000_000)) < MAX);
-        assert!(first(Duration::MAX) + (1 << 50) <= MAX);
-        assert_eq!(first(Duration::ZERO), 0);
+        assert!(first(Duration::from_secs(1_790_000_000), SPREAD - 1) < MAX);
+        assert!(first(Duration::MAX, SPREAD - 1) + (1 << 50) <= MAX);
+        assert_eq!(first(Duration::ZERO, 0), 0);
     }
 }
