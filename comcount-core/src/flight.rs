@@ -95,6 +95,12 @@ impl Flight {
         }
     }
 
+    /// When the last copy was sent, if it is still awaited.
+    pub(crate) fn last_awaited(&self) -> Option<Duration> {
+        self.last_sent
+            .filter(|last| self.awaited.iter().any(|(sent, _)| sent == last))
+    }
+
     /// Stops waiting for the oldest copy: it may still land, unheard of.
     fn stop_awaiting_oldest(&mut self) {
         let oldest = (0..self.awaited.len()).min_by_key(|&i| self.awaited[i].0);
@@ -140,11 +146,6 @@ impl Flight {
     /// When the oldest copy still awaited was sent.
     pub(crate) fn oldest_awaited(&self) -> Option<Duration> {
         self.awaited.iter().map(|(sent, _)| *sent).min()
-    }
-
-    /// When the last copy was sent, if any was.
-    pub(crate) fn last_sent(&self) -> Option<Duration> {
-        self.last_sent
     }
 
     /// Notes that some copy may have been applied unheard of.

@@ -427,9 +427,10 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             let now = self.timer.now();
             let candidates = [
                 // A timeout already past was dealt with: no copy may follow it (the resend
-                // window is over), and waking for it again would spin.
+                // window is over), and waking for it again would spin. A last copy that
+                // answered has no timeout: its answer planned what follows.
                 flight
-                    .last_sent()
+                    .last_awaited()
                     .map(|sent| sent.saturating_add(self.round_trip.timeout()))
                     .filter(|at| *at > now),
                 flight
@@ -451,9 +452,9 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         }
         let last_timed_out = self
             .flight
-            .last_sent()
+            .last_awaited()
             .is_some_and(|sent| now >= sent.saturating_add(self.round_trip.timeout()));
-        if self.flight.awaiting() && last_timed_out {
+        if last_timed_out {
             // The last copy went unanswered for the timeout: it may land yet, or never.
             self.flight.may_have_counted();
             self.round_trip.back_off();

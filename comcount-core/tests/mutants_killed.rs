@@ -537,6 +537,33 @@ fn the_slow_alarm_measures_from_the_copy_still_unanswered() {
     );
 }
 
+/// A copy sent again after the first went unanswered answers late that the participant had
+/// added to its interval, while the first is still awaited: the next copy goes at the aim for
+/// the next interval, as a retarget, not at the late copy's timeout as if it were unanswered.
+#[test]
+fn a_late_answer_to_the_last_copy_keeps_its_retarget_while_an_older_copy_is_awaited() {
+    let mut r = Rig::new(|b| b);
+    let sent = r.store.sends();
+    r.store
+        .then([Act::Hang, Act::Answer(ms(150), Outcome::Fenced), Act::Hang]);
+    let start = comcount_core::clock::Clock::now(&r.clock);
+    r.counter.increment(5);
+    r.run_until_sent(sent + 3);
+    let events = r.events.events.lock().unwrap().clone();
+    let resent: Vec<_> = events
+        .iter()
+        .filter(|(at, message, _)| *at >= start && *message == "copy resent")
+        .map(|(_, _, text)| text.clone())
+        .collect();
+    assert_eq!(resent.len(), 2, "{events:?}");
+    assert!(resent[0].contains("Unanswered"), "{resent:?}");
+    assert!(
+        resent[1].contains("Fenced"),
+        "the copy after the fenced answer went as {}",
+        resent[1]
+    );
+}
+
 /// However long a store leaves copies unanswered, copies thin out: the timeout doubles twice,
 /// then one copy goes every four timeouts (0, 0.1, 0.3, 0.7, 1.1, 1.5 s, ...), never faster.
 #[test]
