@@ -210,24 +210,28 @@ impl SlowAlarm {
             .is_some_and(|(sent, _)| now.saturating_sub(*sent) > self.threshold())
     }
 
-    /// A copy sent at `sent` is still unanswered at `now`.
+    /// A copy sent at `sent` is still unanswered at `now`. It raises the alarm only once it has
+    /// waited past the threshold itself: slowness seen before, by a reply that came, is not
+    /// evidence that the round trip is still slow.
     pub(crate) fn waiting(&mut self, sent: Duration, now: Duration, report: &Reporter) {
         let age = now.saturating_sub(sent);
         if age > self.threshold() {
             self.evidence(sent, age);
+            self.check(now, report);
         }
-        self.check(now, report);
     }
 
     /// When to call [`waiting`](SlowAlarm::waiting) next, for an unanswered copy sent at
-    /// `sent`; `None` while the alarm is raised.
+    /// `sent`: once it has waited past the threshold, and the slowness seen so far has lasted
+    /// the patience; `None` while the alarm is raised.
     pub(crate) fn next_check(&self, sent: Duration) -> Option<Duration> {
         if self.raised {
             return None;
         }
+        let past_threshold = sent + self.threshold() + Duration::from_millis(1);
         Some(match self.since {
-            Some(since) => since + self.patience(since),
-            None => sent + self.threshold() + Duration::from_millis(1),
+            Some(since) => (since + self.patience(since)).max(past_threshold),
+            None => past_threshold,
         })
     }
 

@@ -358,3 +358,32 @@ fn a_familys_alarm_stays_raised_while_one_partition_hangs() {
     );
     assert_eq!(events.with_message("round trip slow").len(), 1);
 }
+
+/// One reply over half the interval, then every reply under it though not well under (45 %):
+/// the round trip did not stay above the threshold, so the alarm is not raised, even though
+/// the flush loop looks at its unanswered copy when the first slowness would have lasted long
+/// enough.
+#[test]
+fn one_slow_reply_then_replies_under_the_threshold_raise_no_alarm() {
+    let clock = VirtualClock::new();
+    let store = ScriptedStore::new(clock.clone());
+    store.then([Action::Delay(ms(600))]);
+    store.then((0..100).map(|_| Action::Delay(ms(450))));
+    let events = Recorder::new();
+    let mut pool = LocalPool::new();
+    let (counter, worker) = Counter::builder("hovering", INTERVAL)
+        .diagnostics(events.clone())
+        .build(store.clone(), clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    for n in 1..=10 {
+        counter.increment(1);
+        run_virtual_until(&mut pool, &clock, INTERVAL * n);
+    }
+    assert!(store.calls() >= 8, "{} flushes", store.calls());
+    assert!(
+        events.with_message("round trip slow").is_empty(),
+        "{:?}",
+        events.messages()
+    );
+}
