@@ -111,23 +111,23 @@ impl Flight {
     }
 
     /// The next answer of a copy still awaited; pending forever when none is.
-    pub(crate) async fn next_answer(&mut self) -> Answer {
+    ///
+    /// No copy is polled once `closed` says so: one polled before may have closed the counter
+    /// (its store, or the diagnostics it reported to), and the next may hand its command over
+    /// on this poll.
+    pub(crate) async fn next_answer(&mut self, closed: impl Fn() -> bool) -> Answer {
         poll_fn(|cx| {
-            let answered =
-                self.awaited
-                    .iter_mut()
-                    .enumerate()
-                    .find_map(|(i, (_, copy))| match copy.as_mut().poll(cx) {
-                        Poll::Ready(answer) => Some((i, answer)),
-                        Poll::Pending => None,
-                    });
-            match answered {
-                Some((i, answer)) => {
-                    drop(self.awaited.swap_remove(i));
-                    Poll::Ready(answer)
+            for (i, (_, copy)) in self.awaited.iter_mut().enumerate() {
+                if closed() {
+                    // Woken by the close, the caller sees it next.
+                    return Poll::Pending;
                 }
-                None => Poll::Pending,
+                if let Poll::Ready(answer) = copy.as_mut().poll(cx) {
+                    drop(self.awaited.swap_remove(i));
+                    return Poll::Ready(answer);
+                }
             }
+            Poll::Pending
         })
         .await
     }

@@ -340,8 +340,14 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             }
             self.tell_alarm_awaiting(self.flight.oldest_awaited());
             let wake_at = self.next_wake(&plan, started);
-            let Self { watch, flight, .. } = self;
-            let woke = watch.until(flight.next_answer(), Some(wake_at)).await;
+            let Self {
+                watch,
+                flight,
+                shared,
+                ..
+            } = self;
+            let answer = flight.next_answer(|| shared.is_closed());
+            let woke = watch.until(answer, Some(wake_at)).await;
             match woke {
                 None => return self.closed(),
                 Some(Waited::Done(answer)) => {

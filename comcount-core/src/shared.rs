@@ -30,6 +30,8 @@ pub(crate) struct Shared {
     /// seeing `closed` still unset, so that nothing is sent once
     /// [`close`](Shared::close) has returned.
     gate: Mutex<()>,
+    /// The thread that holds `gate` ([`thread_token`]), 0 while none does.
+    gate_holder: AtomicU64,
     /// Each flush loop's waker, woken on the first increment and on close.
     loops: LoopWakers,
 }
@@ -45,6 +47,7 @@ impl Shared {
             started: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             gate: Mutex::new(()),
+            gate_holder: AtomicU64::new(0),
             loops,
         }
     }
@@ -56,7 +59,7 @@ impl Shared {
     /// a send reports to), it does not wait for the gate that send holds: it would never get
     /// it. The send under way is the caller's own.
     pub(crate) fn close(&self) {
-        if gate_held_here(self) {
+        if self.gate_holder.load(Ordering::Relaxed) == thread_token() {
             self.closed.store(true, Ordering::Release);
         } else {
             let gate = self.lock_gate();
@@ -98,7 +101,7 @@ impl Shared {
         let result = if self.closed.load(Ordering::Relaxed) {
             None
         } else {
-            let _held = HeldHere::enter(self);
+            let _held = Holding::enter(&self.gate_holder);
             Some(f())
         };
         drop(gate);
@@ -232,27 +235,28 @@ impl Drop for Lifetime {
     }
 }
 
-thread_local! {
-    /// The address of the [`Shared`] whose gate this thread holds, if any.
-    static GATE_HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+/// A number of this thread's own, never 0: which thread holds a gate.
+fn thread_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    TOKEN.with(|token| *token)
 }
 
-/// Whether this thread holds `shared`'s gate: it is inside the background task's send.
-fn gate_held_here(shared: &Shared) -> bool {
-    GATE_HELD.with(|held| held.get() == std::ptr::from_ref(shared) as usize)
-}
+/// Names this thread as a gate's holder while it lives, which the holder of the gate's lock
+/// does; a gate's holder is one thread at a time, so it clears it on the way out.
+struct Holding<'a>(&'a AtomicU64);
 
-/// Marks this thread as holding a gate while it lives; restores the mark it found.
-struct HeldHere(usize);
-
-impl HeldHere {
-    fn enter(shared: &Shared) -> Self {
-        Self(GATE_HELD.with(|held| held.replace(std::ptr::from_ref(shared) as usize)))
+impl<'a> Holding<'a> {
+    fn enter(holder: &'a AtomicU64) -> Self {
+        holder.store(thread_token(), Ordering::Relaxed);
+        Self(holder)
     }
 }
 
-impl Drop for HeldHere {
+impl Drop for Holding<'_> {
     fn drop(&mut self) {
-        GATE_HELD.with(|held| held.set(self.0));
+        self.0.store(0, Ordering::Relaxed);
     }
 }

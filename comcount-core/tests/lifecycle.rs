@@ -285,6 +285,7 @@ fn a_sink_that_panicked_is_told_nothing_more() {
 struct SendsOnSecondPoll {
     counter: Arc<std::sync::OnceLock<Counter>>,
     sent_after_close: Arc<AtomicBool>,
+    closer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 impl Store for SendsOnSecondPoll {
@@ -304,10 +305,11 @@ impl Store for SendsOnSecondPoll {
             if polls == 2 {
                 let counter = this.counter.get().unwrap().clone();
                 let (closed, returned) = std::sync::mpsc::channel();
-                std::thread::spawn(move || {
+                let closer = std::thread::spawn(move || {
                     counter.close();
                     let _ = closed.send(());
                 });
+                *this.closer.lock().unwrap() = Some(closer);
                 if returned.recv_timeout(Duration::from_secs(2)).is_ok() {
                     // close() has returned, and the command goes out now.
                     this.sent_after_close.store(true, Ordering::SeqCst);
@@ -335,10 +337,12 @@ fn a_copy_polled_as_close_lands_goes_before_close_returns() {
     pool.run_until_stalled();
     // The first poll sent the copy; the second comes with the pause's end or the timeout.
     run_virtual_until(&mut pool, &clock, INTERVAL * 3);
-    assert!(
-        counter.is_closed(),
-        "the store's second poll closed the counter"
-    );
+    let closer = store.closer.lock().unwrap().take();
+    closer
+        .expect("the store's second poll closes the counter")
+        .join()
+        .unwrap();
+    assert!(counter.is_closed());
     assert!(
         !store.sent_after_close.load(Ordering::SeqCst),
         "a copy handed its command to the store after close() returned"
@@ -406,6 +410,151 @@ fn close_called_from_diagnostics_during_a_send_returns() {
         finished.recv_timeout(Duration::from_secs(20)),
         Ok(true),
         "close() from within the diagnostics never returned"
+    );
+}
+
+/// A store whose first copy closes the counter on a later poll (as its store or diagnostics
+/// might) once a second copy is out, and whose second copy notes, on its second poll (when it
+/// would hand its command over), whether the counter was closed by then.
+#[derive(Clone, Default)]
+struct FirstCopyCloses {
+    counter: Arc<std::sync::OnceLock<Counter>>,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+    polled_after_close: Arc<AtomicBool>,
+}
+
+impl Store for FirstCopyCloses {
+    fn name(&self) -> &str {
+        "first-copy-closes"
+    }
+
+    fn flush(
+        &self,
+        _request: &FlushRequest,
+        _report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        let this = self.clone();
+        let copy = self.calls.fetch_add(1, Ordering::SeqCst);
+        let mut polls = 0;
+        std::future::poll_fn(move |_| {
+            polls += 1;
+            let counter = this.counter.get().unwrap();
+            if copy == 0 && polls >= 2 && this.calls.load(Ordering::SeqCst) >= 2 {
+                counter.close();
+            }
+            if copy == 1 && polls == 2 && counter.is_closed() {
+                this.polled_after_close.store(true, Ordering::SeqCst);
+            }
+            std::task::Poll::Pending
+        })
+    }
+}
+
+/// One copy's poll closes the counter: the copies after it in the same look are not polled,
+/// since one may hand its command over on that poll, after `close()` has returned.
+#[test]
+fn no_copy_is_polled_after_another_closed_the_counter() {
+    let clock = VirtualClock::new();
+    let store = FirstCopyCloses::default();
+    let mut pool = LocalPool::new();
+    let (counter, worker) = Counter::builder("first-copy-closes", INTERVAL)
+        .diagnostics(Recorder::new())
+        .build(store.clone(), clock.clone())
+        .unwrap();
+    store.counter.set(counter.clone()).ok().unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    counter.increment(1);
+    run_virtual_until(&mut pool, &clock, INTERVAL * 3);
+    assert!(
+        store.calls.load(Ordering::SeqCst) >= 2,
+        "a second copy went"
+    );
+    assert!(counter.is_closed());
+    assert!(
+        !store.polled_after_close.load(Ordering::SeqCst),
+        "the second copy was polled after close() returned"
+    );
+}
+
+type BoxedWorker = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A store that polls another counter's worker from inside its flush.
+#[derive(Clone, Default)]
+struct DrivesAnother(Arc<std::sync::Mutex<Option<BoxedWorker>>>);
+
+impl Store for DrivesAnother {
+    fn name(&self) -> &str {
+        "drives-another"
+    }
+
+    fn flush(
+        &self,
+        _request: &FlushRequest,
+        _report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        let this = self.clone();
+        std::future::poll_fn(move |cx| {
+            if let Some(worker) = this.0.lock().unwrap().as_mut() {
+                let _ = worker.as_mut().poll(cx);
+            }
+            std::task::Poll::Pending
+        })
+    }
+}
+
+/// A store that closes a counter from inside its flush.
+#[derive(Clone, Default)]
+struct ClosesAnother(Arc<std::sync::OnceLock<Counter>>);
+
+impl Store for ClosesAnother {
+    fn name(&self) -> &str {
+        "closes-another"
+    }
+
+    fn flush(
+        &self,
+        _request: &FlushRequest,
+        _report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        let this = self.clone();
+        std::future::poll_fn(move |_| {
+            if let Some(counter) = this.0.get() {
+                counter.close();
+            }
+            std::task::Poll::Pending
+        })
+    }
+}
+
+/// Counter A's store drives counter B's worker, and B's store closes A: the close comes from
+/// inside A's send, though B's send is the one under way on that thread, and returns.
+#[test]
+fn close_from_a_send_nested_in_the_counters_own_returns() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let clock = VirtualClock::new();
+        let (drives, closes) = (DrivesAnother::default(), ClosesAnother::default());
+        let (a, a_worker) = Counter::builder("a", INTERVAL)
+            .diagnostics(Recorder::new())
+            .build(drives.clone(), clock.clone())
+            .unwrap();
+        let (b, b_worker) = Counter::builder("b", INTERVAL)
+            .diagnostics(Recorder::new())
+            .build(closes.clone(), clock.clone())
+            .unwrap();
+        closes.0.set(a.clone()).ok().unwrap();
+        *drives.0.lock().unwrap() = Some(Box::pin(b_worker));
+        let mut pool = LocalPool::new();
+        pool.spawner().spawn_local(a_worker).unwrap();
+        b.increment(1);
+        a.increment(1);
+        run_virtual_until(&mut pool, &clock, INTERVAL * 3);
+        let _ = done.send(a.is_closed());
+    });
+    assert_eq!(
+        finished.recv_timeout(Duration::from_secs(20)),
+        Ok(true),
+        "close() from a send nested in the counter's own never returned"
     );
 }
 
