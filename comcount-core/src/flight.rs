@@ -159,12 +159,6 @@ impl Flight {
         self.may_land_later = true;
     }
 
-    /// Notes that the store holds a later flush of this participant: no copy of this one can
-    /// land any more.
-    pub(crate) fn superseded(&mut self) {
-        self.may_land_later = false;
-    }
-
     /// Whether every copy sent has been refused outright: answered, none applied or left
     /// unknown, and none can land later. Such a flush was certainly not counted, and never
     /// will be.

@@ -529,7 +529,6 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             }
             Outcome::Stale => {
                 self.refresh(&reply.previous_totals, round_trip);
-                self.flight.superseded();
                 plan.refusal = Some(StoreError::refused(StaleFlush));
                 plan.next_copy = None;
             }
@@ -592,7 +591,8 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         match plan.refusal {
             // A refusal is final: a copy run again is refused again, and a stale one is
             // behind a later flush of this participant for good. Dropped only if no other
-            // copy can land: one turned away may be sent again by its client.
+            // copy can land: one turned away may be sent again by its client, or may have run
+            // (fred hands a dropped connection's error to every command waiting on it).
             Some(refusal)
                 if flight.refused_outright() || flight.certainly_not_counted(self.last_added) =>
             {

@@ -738,6 +738,28 @@ fn a_refusal_after_an_unanswered_copy_is_unsettled() {
     );
 }
 
+/// A copy turned away, then a copy answered `stale` (a later flush of this id was applied):
+/// the copy turned away may have run (fred hands one command's CLUSTERDOWN to every command
+/// on the connection it drops), so the flush is reported unsettled, not dropped.
+#[test]
+fn a_stale_answer_after_a_copy_turned_away_is_unsettled() {
+    let mut r = Rig::new(|b| b);
+    r.store.then([
+        Act::Fail(ms(0), || {
+            comcount_core::StoreError::unavailable("CLUSTERDOWN The cluster is down")
+        }),
+        Act::Answer(ms(0), Outcome::Stale),
+    ]);
+    r.counter.increment(5);
+    r.run_for(INTERVAL * 3);
+    let failures = failures(&r);
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(
+        failures[0].contains("dropped: 0, unsettled: 5"),
+        "{failures:?}"
+    );
+}
+
 /// A flush given up after its copies were fenced in intervals past every one they aimed at is
 /// certainly not counted: its amount goes back to the buffer and into the next flush, with no
 /// failure reported (`Flusher::conclude`).

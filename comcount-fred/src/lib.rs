@@ -124,8 +124,8 @@
 //! that is not the script's is [`Malformed`](StoreErrorKind::Malformed).
 //!
 //! fred drops a connection on a `CLUSTERDOWN` reply and hands that reply to every command still
-//! waiting on it, some of which may have run. The counter allows for it: a copy turned away may
-//! land yet, so a flush it belongs to is reported dropped only once no copy can land.
+//! waiting on it, some of which may have run. The counter allows for it: a flush with a copy
+//! turned away is reported dropped only once its fence proves that no copy landed or can.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod connect;
