@@ -21,16 +21,27 @@ use futures::task::LocalSpawnExt;
 
 const INTERVAL: Duration = Duration::from_secs(1);
 
+/// A counter named `name` on `store`, its worker spawned on a local pool.
+fn spawned<S: Store>(
+    name: &str,
+    store: S,
+    clock: &VirtualClock,
+    diagnostics: impl comcount_core::diagnostics::Diagnostics,
+) -> (Counter, LocalPool) {
+    let pool = LocalPool::new();
+    let (counter, worker) = Counter::builder(name, INTERVAL)
+        .diagnostics(diagnostics)
+        .build(store, clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    (counter, pool)
+}
+
 #[test]
 fn closing_as_the_pause_ends_sends_nothing() {
     let clock = VirtualClock::new();
     let store = ScriptedStore::new(clock.clone());
-    let mut pool = LocalPool::new();
-    let (counter, worker) = Counter::builder("edge", INTERVAL)
-        .diagnostics(Recorder::new())
-        .build(store.clone(), clock.clone())
-        .unwrap();
-    pool.spawner().spawn_local(worker).unwrap();
+    let (counter, mut pool) = spawned("edge", store.clone(), &clock, Recorder::new());
     counter.increment(1);
     run_virtual_until(&mut pool, &clock, INTERVAL * 3);
     let sent = store.calls();
@@ -49,12 +60,7 @@ fn closing_as_the_pause_ends_sends_nothing() {
 fn dropping_the_worker_forgets_the_total() {
     let clock = VirtualClock::new();
     let store = MemoryStore::with_clock(clock.clone());
-    let mut pool = LocalPool::new();
-    let (counter, worker) = Counter::builder("dropped", INTERVAL)
-        .diagnostics(Recorder::new())
-        .build(store, clock.clone())
-        .unwrap();
-    pool.spawner().spawn_local(worker).unwrap();
+    let (counter, mut pool) = spawned("dropped", store, &clock, Recorder::new());
     for n in 1..=3 {
         counter.increment(10_000);
         run_virtual_until(&mut pool, &clock, INTERVAL * n);
@@ -81,12 +87,7 @@ fn a_worker_dropped_with_a_flush_in_the_air_reports_it_unsettled() {
     let clock = VirtualClock::new();
     let store = ScriptedStore::new(clock.clone());
     let events = Recorder::new();
-    let mut pool = LocalPool::new();
-    let (counter, worker) = Counter::builder("dropped", INTERVAL)
-        .diagnostics(events.clone())
-        .build(store.clone(), clock.clone())
-        .unwrap();
-    pool.spawner().spawn_local(worker).unwrap();
+    let (counter, mut pool) = spawned("dropped", store.clone(), &clock, events.clone());
     store.then([Action::Hang]);
     counter.increment(7);
     pool.run_until_stalled();
@@ -138,12 +139,7 @@ fn a_worker_dropped_while_the_application_panics_reports_its_flush_unsettled() {
     let clock = VirtualClock::new();
     let store = ScriptedStore::new(clock.clone());
     let events = Recorder::new();
-    let mut pool = LocalPool::new();
-    let (counter, worker) = Counter::builder("unwound", INTERVAL)
-        .diagnostics(events.clone())
-        .build(store.clone(), clock.clone())
-        .unwrap();
-    pool.spawner().spawn_local(worker).unwrap();
+    let (counter, mut pool) = spawned("unwound", store.clone(), &clock, events.clone());
     store.then([Action::Hang]);
     counter.increment(7);
     pool.run_until_stalled();
@@ -326,13 +322,8 @@ impl Store for SendsOnSecondPoll {
 fn a_copy_polled_as_close_lands_goes_before_close_returns() {
     let clock = VirtualClock::new();
     let store = SendsOnSecondPoll::default();
-    let mut pool = LocalPool::new();
-    let (counter, worker) = Counter::builder("second-poll", INTERVAL)
-        .diagnostics(Recorder::new())
-        .build(store.clone(), clock.clone())
-        .unwrap();
+    let (counter, mut pool) = spawned("second-poll", store.clone(), &clock, Recorder::new());
     store.counter.set(counter.clone()).ok().unwrap();
-    pool.spawner().spawn_local(worker).unwrap();
     counter.increment(1);
     pool.run_until_stalled();
     // The first poll sent the copy; the second comes with the pause's end or the timeout.
@@ -456,13 +447,8 @@ impl Store for FirstCopyCloses {
 fn no_copy_is_polled_after_another_closed_the_counter() {
     let clock = VirtualClock::new();
     let store = FirstCopyCloses::default();
-    let mut pool = LocalPool::new();
-    let (counter, worker) = Counter::builder("first-copy-closes", INTERVAL)
-        .diagnostics(Recorder::new())
-        .build(store.clone(), clock.clone())
-        .unwrap();
+    let (counter, mut pool) = spawned("first-copy-closes", store.clone(), &clock, Recorder::new());
     store.counter.set(counter.clone()).ok().unwrap();
-    pool.spawner().spawn_local(worker).unwrap();
     counter.increment(1);
     run_virtual_until(&mut pool, &clock, INTERVAL * 3);
     assert!(

@@ -696,6 +696,16 @@ fn failures(r: &Rig) -> Vec<String> {
         .collect()
 }
 
+/// The flush failed once, its amount reported unsettled.
+fn assert_one_failure_unsettled(r: &Rig, amount: u64) {
+    let failures = failures(r);
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(
+        failures[0].contains(&format!("dropped: 0, unsettled: {amount}")),
+        "{failures:?}"
+    );
+}
+
 /// A copy that answers "wrong interval" while a later copy is still awaited sends no copy of
 /// its own: the awaited copy's timeout decides (`Flusher::plan_copy`).
 #[test]
@@ -730,12 +740,7 @@ fn a_refusal_after_an_unanswered_copy_is_unsettled() {
     ]);
     r.counter.increment(5);
     r.run_for(INTERVAL * 3);
-    let failures = failures(&r);
-    assert_eq!(failures.len(), 1, "{failures:?}");
-    assert!(
-        failures[0].contains("dropped: 0, unsettled: 5"),
-        "{failures:?}"
-    );
+    assert_one_failure_unsettled(&r, 5);
 }
 
 /// A copy turned away, then a copy answered `stale` (a later flush of this id was applied):
@@ -752,12 +757,7 @@ fn a_stale_answer_after_a_copy_turned_away_is_unsettled() {
     ]);
     r.counter.increment(5);
     r.run_for(INTERVAL * 3);
-    let failures = failures(&r);
-    assert_eq!(failures.len(), 1, "{failures:?}");
-    assert!(
-        failures[0].contains("dropped: 0, unsettled: 5"),
-        "{failures:?}"
-    );
+    assert_one_failure_unsettled(&r, 5);
 }
 
 /// A flush given up after its copies were fenced in intervals past every one they aimed at is
