@@ -157,6 +157,10 @@ impl Counter {
     /// The group's total becomes unknown: nothing refreshes it any more. The counter keeps
     /// counting locally and answering with its own buffer. Calling it again does nothing.
     /// Dropping every handle has the same effect.
+    ///
+    /// Called from another thread while the background task hands a copy to the store, it
+    /// waits for that hand-over. Called by the store or the diagnostics from inside it, it
+    /// returns at once, and that hand-over is the caller's own.
     pub fn close(&self) {
         self.life.0.close();
     }
