@@ -235,13 +235,14 @@ impl Drop for Lifetime {
     }
 }
 
-/// A number of this thread's own, never 0: which thread holds a gate.
+/// A number of this thread's own, never 0: which thread holds a gate. A thread tearing down
+/// its thread-locals (a handle dropped from one) gets `u64::MAX`, which holds no gate.
 fn thread_token() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     thread_local! {
         static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
     }
-    TOKEN.with(|token| *token)
+    TOKEN.try_with(|token| *token).unwrap_or(u64::MAX)
 }
 
 /// Names this thread as a gate's holder while it lives, which the holder of the gate's lock
