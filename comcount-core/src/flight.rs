@@ -49,6 +49,9 @@ pub(crate) struct Flight {
     may_land_later: bool,
     /// The latest interval a copy could land in: the end of its window.
     latest_reach: Option<u64>,
+    /// When the first copy sent since the store last answered went: copies the flush stopped
+    /// waiting for, or that failed without a word from the store, still count.
+    unheard_since: Option<Duration>,
 }
 
 impl Flight {
@@ -60,6 +63,7 @@ impl Flight {
         self.maybe_counted = false;
         self.may_land_later = false;
         self.latest_reach = None;
+        self.unheard_since = None;
     }
 
     /// Sends one copy of `request` and polls it once, so that it is in the store's hands on
@@ -72,6 +76,7 @@ impl Flight {
         now: Duration,
     ) -> Option<Answer> {
         self.latest_reach = self.latest_reach.max(Some(*request.window().end()));
+        self.unheard_since.get_or_insert(now);
         let store = Arc::clone(store);
         let request = Arc::clone(request);
         let report = report.clone();
@@ -144,8 +149,22 @@ impl Flight {
     }
 
     /// When the oldest copy still awaited was sent.
-    pub(crate) fn oldest_awaited(&self) -> Option<Duration> {
+    fn oldest_awaited(&self) -> Option<Duration> {
         self.awaited.iter().map(|(sent, _)| *sent).min()
+    }
+
+    /// Notes that the store answered a copy (a reply, or an error of its own).
+    pub(crate) fn heard(&mut self) {
+        self.unheard_since = None;
+    }
+
+    /// How long the flush has waited on the store, as the time its oldest copy still awaited
+    /// was sent, or the first copy since the store last answered if that is older: a store
+    /// that answers nothing is slow however often copies go, and whatever its client gives up
+    /// on. `None` while nothing is awaited.
+    pub(crate) fn waiting_since(&self) -> Option<Duration> {
+        let oldest = self.oldest_awaited()?;
+        Some(self.unheard_since.map_or(oldest, |unheard| unheard.min(oldest)))
     }
 
     /// Notes that some copy may have been applied unheard of.

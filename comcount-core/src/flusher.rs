@@ -22,7 +22,7 @@ use crate::aim::Aim;
 use crate::batch::{Ages, Batch};
 use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter, ResendReason};
-use crate::error::StoreError;
+use crate::error::{StoreError, StoreErrorKind};
 use crate::flight::{Answer, Flight};
 use crate::round_trip::RoundTrip;
 use crate::settings::Settings;
@@ -338,7 +338,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             if !self.flight.awaiting() && plan.next_copy.is_none() {
                 return Some(self.conclude(plan));
             }
-            self.tell_alarm_awaiting(self.flight.oldest_awaited());
+            self.tell_alarm_awaiting(self.flight.waiting_since());
             let wake_at = self.next_wake(&plan, started);
             let Self {
                 watch,
@@ -440,7 +440,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                     .map(|sent| sent.saturating_add(self.round_trip.timeout()))
                     .filter(|at| *at > now),
                 flight
-                    .oldest_awaited()
+                    .waiting_since()
                     .and_then(|sent| self.alarm.next_check(sent)),
                 Some(started + self.give_up_after()),
             ];
@@ -453,7 +453,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     /// up on them.
     fn timed_out(&mut self, plan: &mut Plan, started: Duration) -> bool {
         let now = self.timer.now();
-        if let Some(oldest) = self.flight.oldest_awaited() {
+        if let Some(oldest) = self.flight.waiting_since() {
             self.alarm.waiting(oldest, now, &self.report);
         }
         let last_timed_out = self
@@ -475,6 +475,14 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     fn take(&mut self, answer: Answer, plan: &mut Plan) -> Option<Settled> {
         let now = self.timer.now();
         let round_trip = now.saturating_sub(answer.sent);
+        // A reply, or an error the store gave: not one its client made up for want of one.
+        let from_store = match &answer.result {
+            Ok(_) => true,
+            Err(error) => error.kind() != StoreErrorKind::Unanswered,
+        };
+        if from_store {
+            self.flight.heard();
+        }
         let reply = match answer.result {
             Ok(reply) => reply,
             Err(error) if !error.worth_resending() => {

@@ -387,3 +387,30 @@ fn one_slow_reply_then_replies_under_the_threshold_raise_no_alarm() {
         events.messages()
     );
 }
+
+/// A store that never answers, and copies that go every few tens of milliseconds (a short flush
+/// timeout): no copy stays awaited past half the interval, since only the last four are, yet
+/// the store has answered nothing for longer, and the alarm is raised within two intervals.
+#[test]
+fn a_store_that_never_answers_is_reported_slow_however_often_copies_go() {
+    let clock = VirtualClock::new();
+    let store = ScriptedStore::new(clock.clone());
+    store.then((0..10_000).map(|_| Action::Hang));
+    let events = Recorder::new();
+    let mut pool = LocalPool::new();
+    let (counter, worker) = Counter::builder("silent", INTERVAL)
+        .flush_timeout(ms(20))
+        .diagnostics(events.clone())
+        .build(store.clone(), clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    counter.increment(1);
+    pool.run_until_stalled();
+    let first = store.call_times()[0];
+    run_virtual_until(&mut pool, &clock, first + INTERVAL * 2);
+    assert!(store.calls() > 8, "{} copies", store.calls());
+    let raised = || events.with_message("round trip slow").len();
+    assert_eq!(raised(), 1, "{:?}", events.messages());
+    run_virtual_until(&mut pool, &clock, first + INTERVAL * 6);
+    assert_eq!(raised(), 1, "{:?}", events.messages());
+}
