@@ -395,6 +395,11 @@ impl Event<'_> {
 pub trait Diagnostics: Send + Sync + 'static {
     /// Takes one event of the counter named `counter`. Called from the counter's background
     /// task (never from `increment`); it should return quickly.
+    ///
+    /// A store may report an event while it is handing a flush over, which `close()` on
+    /// another thread waits for. So `record` must never wait on a thread that may be closing
+    /// this counter or dropping its last handle: a lock that such a thread holds across
+    /// `close()`, say. Calling `close()` from `record` itself is fine.
     fn record(&self, counter: &str, event: &Event<'_>);
 }
 
