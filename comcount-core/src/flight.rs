@@ -164,7 +164,10 @@ impl Flight {
     /// on. `None` while nothing is awaited.
     pub(crate) fn waiting_since(&self) -> Option<Duration> {
         let oldest = self.oldest_awaited()?;
-        Some(self.unheard_since.map_or(oldest, |unheard| unheard.min(oldest)))
+        Some(
+            self.unheard_since
+                .map_or(oldest, |unheard| unheard.min(oldest)),
+        )
     }
 
     /// Notes that some copy may have been applied unheard of.
