@@ -331,31 +331,26 @@ impl SimStore {
         reply
     }
 
-    fn fail(&self, request: &FlushRequest) -> StoreError {
+    /// Notes that `request` failed as the participant sees it, with `error`.
+    fn failed(&self, request: &FlushRequest, error: StoreError) -> StoreError {
         self.lock().failures.push(Failure {
             participant: request.participant.as_u64(),
             seq: request.seq,
             amount: request.amount(),
         });
-        StoreError::unanswered("simulated loss")
+        error
+    }
+
+    fn fail(&self, request: &FlushRequest) -> StoreError {
+        self.failed(request, StoreError::unanswered("simulated loss"))
     }
 
     fn turn_away(&self, request: &FlushRequest) -> StoreError {
-        self.lock().failures.push(Failure {
-            participant: request.participant.as_u64(),
-            seq: request.seq,
-            amount: request.amount(),
-        });
-        StoreError::unavailable("simulated busy store")
+        self.failed(request, StoreError::unavailable("simulated busy store"))
     }
 
     fn refuse(&self, request: &FlushRequest) -> StoreError {
-        self.lock().failures.push(Failure {
-            participant: request.participant.as_u64(),
-            seq: request.seq,
-            amount: request.amount(),
-        });
-        StoreError::refused("simulated refusal")
+        self.failed(request, StoreError::refused("simulated refusal"))
     }
 
     fn replay_later(&self, request: &FlushRequest, after: Duration) {
