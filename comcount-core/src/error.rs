@@ -287,6 +287,7 @@ pub enum StoreErrorKind {
 pub struct StoreError {
     kind: StoreErrorKind,
     source: Box<dyn Error + Send + Sync + 'static>,
+    resent_unseen: bool,
 }
 
 impl StoreError {
@@ -319,7 +320,28 @@ impl StoreError {
         Self {
             kind,
             source: source.into(),
+            resent_unseen: false,
         }
+    }
+
+    /// The same error, from a client that may have sent the flush more than once on its own
+    /// before it gave up: redis-rs's cluster client, for one, sends a command again after a
+    /// lost connection. An earlier attempt may then have been applied, whatever the last one
+    /// answered, so the error [may have applied](Self::may_have_applied) the flush. A refusal
+    /// so marked is still not sent again, and its amount is reported unsettled, never dropped.
+    ///
+    /// ```
+    /// use comcount_core::StoreError;
+    ///
+    /// let plain = StoreError::refused("OOM command not allowed when used memory > 'maxmemory'");
+    /// assert!(!plain.may_have_applied());
+    /// let retried = StoreError::refused("OOM command not allowed").after_unseen_resends();
+    /// assert!(retried.may_have_applied());
+    /// assert!(!retried.worth_resending());
+    /// ```
+    pub fn after_unseen_resends(mut self) -> Self {
+        self.resent_unseen = true;
+        self
     }
 
     /// How the flush failed.
@@ -327,12 +349,15 @@ impl StoreError {
         self.kind
     }
 
-    /// Whether the store may have applied the flush despite the error.
+    /// Whether the store may have applied the flush despite the error: no reply, a reply
+    /// cut short, or any error from a client that may have sent the flush before on its own
+    /// ([`after_unseen_resends`](Self::after_unseen_resends)).
     pub fn may_have_applied(&self) -> bool {
-        matches!(
-            self.kind,
-            StoreErrorKind::Unanswered | StoreErrorKind::Malformed
-        )
+        self.resent_unseen
+            || matches!(
+                self.kind,
+                StoreErrorKind::Unanswered | StoreErrorKind::Malformed
+            )
     }
 
     /// Whether sending the same flush again may succeed: anything but a refusal. A flush that
@@ -349,6 +374,13 @@ impl fmt::Display for StoreError {
             StoreErrorKind::Unanswered => write!(
                 f,
                 "flush got no reply ({}); check that the store is reachable",
+                self.source
+            ),
+            StoreErrorKind::Refused if self.resent_unseen => write!(
+                f,
+                "store refused the flush ({}) after the client had sent it again on its own, \
+                 so an earlier attempt may have been applied; check the store's state and \
+                 permissions",
                 self.source
             ),
             StoreErrorKind::Refused => write!(

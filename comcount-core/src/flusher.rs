@@ -486,6 +486,10 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         let reply = match answer.result {
             Ok(reply) => reply,
             Err(error) if !error.worth_resending() => {
+                if error.may_have_applied() {
+                    // Refused after the client's own resends, one of which may have run.
+                    self.flight.may_have_counted();
+                }
                 plan.refusal = Some(error);
                 plan.next_copy = None;
                 return None;

@@ -454,7 +454,9 @@ impl FlushReply {
 ///   [`Refused`](crate::StoreErrorKind::Refused).
 /// - An `Err` of kind [`Refused`](crate::StoreErrorKind::Refused) or
 ///   [`Unavailable`](crate::StoreErrorKind::Unavailable) means nothing was written; any other
-///   error leaves it unknown whether the flush was applied.
+///   error leaves it unknown whether the flush was applied. A store whose client may send a
+///   command more than once on its own, and answers with the last attempt only, marks its
+///   errors with [`StoreError::after_unseen_resends`].
 /// - An applied flush adds every entry's amount, or none of them. A counter's total that would
 ///   pass `i64::MAX` refuses the flush; a family key's total stops at `i64::MAX`.
 /// - Key names and expiry follow [`FlushRequest::keys`]: in the [`Layout::Counter`] layout the

@@ -194,6 +194,22 @@ fn a_refusal_after_a_turned_away_copy_the_client_retries_is_reported_unsettled()
     w.assert_accounted(6, 5);
 }
 
+/// A copy applied, its reply lost, then refused when the client sent it again on its own
+/// (redis-rs's cluster client after a lost connection): the refusal is the only answer, yet
+/// the flush was counted, so it is reported unsettled, not dropped.
+#[test]
+fn a_refusal_after_the_clients_own_resend_of_an_applied_copy_is_unsettled() {
+    let mut w = World::new(vec![Fault::AppliedThenRefused], |b| b);
+    let sent = w.sim.store.sends(ID).len();
+    w.counter.increment(5);
+    w.run_until_sent(sent + 1);
+    w.run_for(INTERVAL * 10);
+    assert_eq!(w.counted(), 6, "the applied attempt is counted, once");
+    assert_eq!(w.dropped(), 0, "nothing is reported dropped");
+    assert_eq!(w.unsettled(), 5, "the flush is reported unsettled");
+    w.assert_accounted(6, 5);
+}
+
 /// Every copy of a flush refused outright: the amount is reported dropped.
 #[test]
 fn a_flush_refused_outright_is_reported_dropped() {

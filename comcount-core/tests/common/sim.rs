@@ -67,6 +67,10 @@ pub enum Fault {
     TurnedAwayThenReplayed { after: Duration },
     /// Refused unrun (a permission missing, say), answered with an error that is final.
     Refused,
+    /// Applied, but the connection drops before the reply; the client sends it again on its
+    /// own (as redis-rs's cluster client does), that attempt is refused (`OOM`, say), and the
+    /// client answers with the refusal, marked as after its own resends.
+    AppliedThenRefused,
 }
 
 /// The faults a model draws from, for an interval of `interval_ms`: mostly none, and each kind
@@ -86,6 +90,7 @@ pub fn fault(interval_ms: u64) -> impl Strategy<Value = Fault> {
         1 => Just(Fault::TurnedAway),
         2 => (0..3 * i).prop_map(move |d| Fault::TurnedAwayThenReplayed { after: ms(d) }),
         1 => Just(Fault::Refused),
+        1 => Just(Fault::AppliedThenRefused),
     ]
 }
 
@@ -394,6 +399,10 @@ impl SimStore {
                 Err(self.turn_away(&request))
             }
             Fault::Refused => Err(self.refuse(&request)),
+            Fault::AppliedThenRefused => {
+                self.apply(&request, sent, false, false).ok();
+                Err(self.refuse(&request).after_unseen_resends())
+            }
         }
     }
 }
