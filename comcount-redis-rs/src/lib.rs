@@ -122,7 +122,9 @@
 //!
 //! The cluster client retries a command whose connection dropped, and one that ran into its
 //! response timeout, so a flush may reach the server twice. The participant's fence turns the
-//! second copy into a duplicate: it is never counted twice. `SCRIPT LOAD` goes to every primary,
+//! second copy into a duplicate: it is never counted twice. Since only the last attempt's
+//! answer comes back, a flush the cluster client fails is taken as perhaps applied: refused
+//! after such a retry, it is reported `unsettled`, not `dropped`. `SCRIPT LOAD` goes to every primary,
 //! so a primary that was promoted or restarted gets the script on the first `NOSCRIPT`.
 //!
 //! # Errors

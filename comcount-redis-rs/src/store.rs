@@ -104,7 +104,7 @@ where
                             load()
                                 .query_async::<String>(&mut loading)
                                 .await
-                                .map_err(classify)
+                                .map_err(failure::<C>)
                         })
                         .await?;
                     if let Some(sha) = loaded {
@@ -113,13 +113,37 @@ where
                     evalsha
                         .query_async::<Value>(&mut connection)
                         .await
-                        .map_err(classify)?
+                        .map_err(failure::<C>)?
                 }
-                Err(error) => return Err(classify(error)),
+                Err(error) => return Err(failure::<C>(error)),
             };
             script::decode(request, &fields(&value)?)
         }
     }
+}
+
+/// The store's error for a flush that failed with `error` on a connection of type `C`.
+///
+/// redis-rs's cluster connection sends a command again on its own after a lost connection or
+/// an I/O error, and returns only the last attempt's answer: an earlier attempt may have run.
+/// Its errors are marked as such ([`StoreError::after_unseen_resends`]), so that a refusal
+/// after an attempt that was applied is never reported dropped.
+fn failure<C: 'static>(error: redis::RedisError) -> StoreError {
+    let failure = classify(error);
+    if resends_unseen::<C>() {
+        failure.after_unseen_resends()
+    } else {
+        failure
+    }
+}
+
+/// Whether a connection of type `C` may send a command more than once on its own.
+fn resends_unseen<C: 'static>() -> bool {
+    #[cfg(feature = "cluster")]
+    if TypeId::of::<C>() == TypeId::of::<redis::cluster_async::ClusterConnection>() {
+        return true;
+    }
+    false
 }
 
 /// `EVALSHA sha 5 keys... args...` for one flush: the keys of [`FlushRequest::keys`], the
@@ -200,5 +224,28 @@ mod tests {
         assert_eq!(expected[8..13], [&b"4"[..], b"300", b"10", b"600000", b"f"]);
         assert_eq!(script::unpack(&expected[13]).unwrap(), [("a", 1), ("b", 0)]);
         assert_eq!(expected.len(), 14);
+    }
+
+    /// The error line redis-rs makes an error of.
+    fn refusal() -> redis::RedisError {
+        redis::parse_redis_value(b"-OOM command not allowed when used memory > 'maxmemory'.\r\n")
+            .and_then(Value::extract_error)
+            .expect_err("an error reply")
+    }
+
+    #[test]
+    fn a_connection_that_sends_once_reports_a_refusal_as_not_applied() {
+        let failure = failure::<MultiplexedConnection>(refusal());
+        assert_eq!(failure.kind(), comcount_core::StoreErrorKind::Refused);
+        assert!(!failure.may_have_applied());
+    }
+
+    #[cfg(feature = "cluster")]
+    #[test]
+    fn a_cluster_connections_refusal_may_follow_an_attempt_that_ran() {
+        let failure = failure::<redis::cluster_async::ClusterConnection>(refusal());
+        assert_eq!(failure.kind(), comcount_core::StoreErrorKind::Refused);
+        assert!(failure.may_have_applied(), "{failure}");
+        assert!(!failure.worth_resending());
     }
 }
