@@ -40,13 +40,14 @@
 -- Outcomes, in the order they are checked:
 --   error  a key or argument count, an argument is not as above
 --   4      wrong interval: N is outside the window
+--   error  N-1's key is not the layout's: 'c': a plain integer up to 2^63-1; 'f': a hash
 --   error  'f': a field of N-1 that is to be summed holds no entries
 --   error  the fence is not "SEQ:N"
 --   1      duplicate: the fence holds this SEQ (applied before, in the fence's N)
 --   2      stale: the fence holds a later SEQ
 --   3      fenced: the fence holds an earlier SEQ applied in N or later
---   error  'c': the total of N would pass 2^63-1 (INCRBY refuses it, as the first write);
---          'f': N's key is not a hash
+--   error  'c': N's key is not an integer, or its total would pass 2^63-1 (INCRBY refuses
+--          either, as the first write); 'f': N's key is not a hash
 --   0      applied: 'c': INCRBY the total of N; 'f': write the sums of N-1 worked out for the
 --          reply, if any, and this participant's field of N. PEXPIRE the interval key 3*I,
 --          SET the fence to "SEQ:N" with the fence life.
@@ -348,13 +349,32 @@ local function summed(key, totals, done)
   return cmsgpack.pack(packed), state
 end
 
+-- The error reply for a key under this prefix that holds what this script never writes.
+local function foreign(key, what)
+  return redis.error_reply('ERR comcount: ' .. key .. ' is not ' .. what .. '; is another ' ..
+    'program writing under this prefix? Delete the key or change the prefix')
+end
+
+-- Reads a key with a command that fails on a key of another type: the reply, or nil and the
+-- error reply naming the key.
+local function read(what, command, key, ...)
+  local reply = redis.pcall(command, key, ...)
+  if type(reply) == 'table' and reply.err then
+    return nil, foreign(key, what)
+  end
+  return reply
+end
+
 -- The totals of N-1: a counter's integer, or a family's packed totals, summed as far as the
 -- budget allows where its fields are not all summed yet (written only if the flush is applied).
 local previous, progress = false, nil
 if n > 0 then
   local key = KEYS[slot - 1]
   if family then
-    local fields = redis.call('HMGET', key, '', '+')
+    local fields, err = read('a hash', 'HMGET', key, '', '+')
+    if err then
+      return err
+    end
     previous = fields[1]
     if fields[2] ~= '' and redis.call('EXISTS', key) == 1 then
       local totals, state = summed(key, fields[1], fields[2])
@@ -364,16 +384,25 @@ if n > 0 then
       previous, progress = totals, state
     end
   else
-    previous = redis.call('GET', key)
+    local total, err = read("a counter's total", 'GET', key)
+    if err then
+      return err
+    end
+    if total and not (plain(total) and not greater(total, MAX_TOTAL)) then
+      return foreign(key, "a counter's total")
+    end
+    previous = total
   end
 end
 
-local fence = redis.call('GET', fence_key)
+local fence, err = read('a fence', 'GET', fence_key)
+if err then
+  return err
+end
 if fence then
   local fenced_seq, fenced_n = string.match(fence, '^(%d+):(%d+)$')
   if not fenced_seq then
-    return redis.error_reply('ERR comcount: fence ' .. fence_key .. ' is not a fence; is ' ..
-      'another program writing under this prefix? Delete the key or change the prefix')
+    return foreign(fence_key, 'a fence')
   end
   local seq = tonumber(ARGV[1])
   fenced_seq = tonumber(fenced_seq)
@@ -392,15 +421,22 @@ end
 if family then
   local kind = redis.call('TYPE', KEYS[slot])['ok']
   if kind ~= 'none' and kind ~= 'hash' then
-    return redis.error_reply('ERR comcount: ' .. KEYS[slot] .. ' is not a hash; is another ' ..
-      'program writing under this prefix? Delete the key or change the prefix')
+    return foreign(KEYS[slot], 'a hash')
   end
   if progress then
     redis.call('HSET', KEYS[slot - 1], '', previous, '+', progress)
   end
   redis.call('HSET', KEYS[slot], fence_key, ARGV[6])
 else
-  redis.call('INCRBY', KEYS[slot], ARGV[7])
+  -- The first write: INCRBY refuses a total that is not an integer, or that would overflow.
+  local total = redis.pcall('INCRBY', KEYS[slot], ARGV[7])
+  if type(total) == 'table' and total.err then
+    if string.find(total.err, 'overflow', 1, true) then
+      return redis.error_reply('ERR comcount: the total of ' .. KEYS[slot] .. ' would ' ..
+        'overflow past ' .. MAX_TOTAL .. '; nothing was written')
+    end
+    return foreign(KEYS[slot], "a counter's total")
+  end
 end
 redis.call('PEXPIRE', KEYS[slot], 3 * interval)
 redis.call('SET', fence_key, ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])

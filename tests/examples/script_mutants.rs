@@ -35,7 +35,7 @@ const FENCE_CHECK: &str =
 const SET_FENCE: &str =
     "redis.call('SET', fence_key, ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])\n";
 const WRITE_SUMS: &str = "  if progress then\n    redis.call('HSET', KEYS[slot - 1], '', previous, '+', progress)\n  end\n";
-const READ_FENCE: &str = "\nlocal fence = redis.call('GET', fence_key)\n";
+const READ_FENCE: &str = "\nlocal fence, err = read('a fence', 'GET', fence_key)\n";
 const TYPE_CHECK: &str = "  local kind = redis.call('TYPE', KEYS[slot])['ok']\n";
 const WRITES: &str = "\nif family then\n  local kind";
 
@@ -386,8 +386,8 @@ const MUTANTS: &[Mutant] = &[
     ),
     m(
         "a counter's previous total read from the interval itself",
-        "previous = redis.call('GET', key)",
-        "previous = redis.call('GET', KEYS[slot])",
+        "read(\"a counter's total\", 'GET', key)",
+        "read(\"a counter's total\", 'GET', KEYS[slot])",
     ),
     m(
         "the summed totals not brought back",
@@ -396,8 +396,8 @@ const MUTANTS: &[Mutant] = &[
     ),
     m(
         "the sums and their progress read swapped",
-        "redis.call('HMGET', key, '', '+')",
-        "redis.call('HMGET', key, '+', '')",
+        "read('a hash', 'HMGET', key, '', '+')",
+        "read('a hash', 'HMGET', key, '+', '')",
     ),
     m(
         "a partly summed interval never resumed",
@@ -681,7 +681,7 @@ const MUTANTS: &[Mutant] = &[
     m(
         "the sums written before the fence is read",
         READ_FENCE,
-        "\nif progress then\n  redis.call('HSET', KEYS[slot - 1], '', previous, '+', progress)\nend\nlocal fence = redis.call('GET', fence_key)\n",
+        "\nif progress then\n  redis.call('HSET', KEYS[slot - 1], '', previous, '+', progress)\nend\nlocal fence, err = read('a fence', 'GET', fence_key)\n",
     ),
     m(
         "the sums written before the type check",
@@ -717,13 +717,13 @@ const MUTANTS: &[Mutant] = &[
     m(
         "HSET before the fence is read",
         READ_FENCE,
-        "\nif family then\n  redis.call('HSET', KEYS[slot], fence_key, ARGV[6])\nend\nlocal fence = redis.call('GET', fence_key)\n",
+        "\nif family then\n  redis.call('HSET', KEYS[slot], fence_key, ARGV[6])\nend\nlocal fence, err = read('a fence', 'GET', fence_key)\n",
     ),
     // A counter's writes, and both layouts' expiry and fence.
     m(
         "INCRBY before the fence is read",
         READ_FENCE,
-        "\nredis.call('INCRBY', KEYS[slot], ARGV[7])\nlocal fence = redis.call('GET', fence_key)\n",
+        "\nredis.call('INCRBY', KEYS[slot], ARGV[7])\nlocal fence, err = read('a fence', 'GET', fence_key)\n",
     ),
     m(
         "INCRBY before the window check",
@@ -737,13 +737,38 @@ const MUTANTS: &[Mutant] = &[
     ),
     m(
         "no INCRBY",
-        "  redis.call('INCRBY', KEYS[slot], ARGV[7])\n",
-        "",
+        "redis.pcall('INCRBY', KEYS[slot], ARGV[7])",
+        "false",
     ),
     m(
         "INCRBY by 1",
-        "redis.call('INCRBY', KEYS[slot], ARGV[7])",
-        "redis.call('INCRBY', KEYS[slot], 1)",
+        "redis.pcall('INCRBY', KEYS[slot], ARGV[7])",
+        "redis.pcall('INCRBY', KEYS[slot], 1)",
+    ),
+    m(
+        "an INCRBY error passed on as the server wrote it",
+        "  if type(total) == 'table' and total.err then\n    if string.find",
+        "  if false then\n    if string.find",
+    ),
+    m(
+        "a fence of another type passed on as the server wrote it",
+        "local fence, err = read('a fence', 'GET', fence_key)\nif err then",
+        "local fence, err = read('a fence', 'GET', fence_key)\nif false then",
+    ),
+    m(
+        "a counter's previous key of another type passed on as the server wrote it",
+        "read(\"a counter's total\", 'GET', key)\n    if err then",
+        "read(\"a counter's total\", 'GET', key)\n    if false then",
+    ),
+    m(
+        "a counter's previous total that is not an integer brought back",
+        "    if total and not (plain(total)",
+        "    if false and not (plain(total)",
+    ),
+    m(
+        "a family's previous key of another type passed on as the server wrote it",
+        "'HMGET', key, '', '+')\n    if err then",
+        "'HMGET', key, '', '+')\n    if false then",
     ),
     m(
         "no PEXPIRE",

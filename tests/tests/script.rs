@@ -180,6 +180,69 @@ async fn a_fence_that_is_not_a_fence_is_an_error_and_writes_nothing() {
     panic!("never managed to flush into the interval it aimed at");
 }
 
+/// Keys under the counter's prefix that another program wrote, each where the script reads or
+/// writes: the interval before (a hash, a word, a negative number), the interval flushed into
+/// (a hash, a word) and the fence (a hash). Each refuses the flush with an `ERR comcount:`
+/// reply that names the key and says what to do, and leaves every key as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_another_program_wrote_refuses_the_flush_with_an_err_comcount_reply() {
+    let (store, inspector) = eval_store().await;
+    let (store, inspector) = (&store, &inspector);
+    let previous = |n: u64| n - 1;
+    let current = |n: u64| n;
+    type Where = fn(u64) -> u64;
+    let cases: [(&str, &str, Option<Where>); 6] = [
+        ("HSET", "a hash", Some(previous)),
+        ("SET", "abc", Some(previous)),
+        ("SET", "-5", Some(previous)),
+        ("HSET", "a hash", Some(current)),
+        ("SET", "abc", Some(current)),
+        ("HSET", "a hash", None),
+    ];
+    for (command, value, interval) in cases {
+        in_an_interval(store, |requests, n| async move {
+            let participant = ParticipantId::random();
+            let key = match interval {
+                Some(at) => requests.interval_key(at(n)),
+                None => requests.fence_key(participant),
+            };
+            let mut write = redis::cmd(command);
+            write.arg(&key);
+            if command == "HSET" {
+                write.arg("field");
+            }
+            let mut connection = connect::multiplexed(&shared::standalone_url()).await;
+            let _: () = write.arg(value).query_async(&mut connection).await.unwrap();
+            let before = inspector.snapshot(requests.base()).await;
+            let what = format!("{command} {key} {value:?}");
+            match store
+                .flush(&requests.flush(participant, 1, 2, n), &reporter())
+                .await
+            {
+                Err(error) => {
+                    let text = error.to_string();
+                    assert!(
+                        text.contains(&format!("comcount: {key} is not ")),
+                        "{what}: {text}"
+                    );
+                    assert!(
+                        text.contains("Delete the key or change the prefix"),
+                        "{what}: {text}"
+                    );
+                }
+                // Only the clock moving on between aiming and flushing may answer it.
+                Ok(reply) => {
+                    assert_eq!(reply.outcome, Outcome::WrongInterval, "{what}: {reply:?}");
+                    return Err(Slipped(format!("{what}: {reply:?}")));
+                }
+            }
+            assert_unchanged(&before, &inspector.snapshot(requests.base()).await, &what);
+            Ok(())
+        })
+        .await;
+    }
+}
+
 /// The script's arguments for `request`, as bytes to spoil.
 fn arguments(request: &FlushRequest) -> Vec<Vec<u8>> {
     script::arguments(request)
@@ -1195,6 +1258,13 @@ async fn a_field_that_holds_no_entries_refuses_the_flush_and_writes_nothing() {
         set
     };
     refused_after(&store, &inspector, string, "is not a hash").await;
+    // The interval before, whose totals the flush reads, is not a hash.
+    let before = |space: &KeySpace, n: u64| {
+        let mut set = redis::cmd("SET");
+        set.arg(space.interval(n)).arg("5").arg("PX").arg(60_000);
+        set
+    };
+    refused_after(&store, &inspector, before, "is not a hash").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
