@@ -18,8 +18,10 @@ pub(crate) const SPREAD: u64 = PER_MILLI / 2;
 
 /// The number the first flush of a participant started at `wall` (since the Unix epoch)
 /// follows, `spread` (below [`SPREAD`]) into its millisecond. It grows by a thousand a
-/// millisecond, and stays under [`MAX`] for a participant that sends fewer than 2^50 flushes,
-/// until the year 2255.
+/// millisecond until October 2219, and stops there, 2^50 below [`MAX`], so that a participant
+/// started then still has 2^50 flushes before it reaches the script's largest number (a
+/// restart after that begins at the same number as the one before, and its first flushes are
+/// answered `stale`).
 ///
 /// Two participants under one id (a mistake, but one that happens: two pods given the same
 /// name) started in the same millisecond would otherwise number their flushes alike, and the
@@ -66,6 +68,14 @@ mod tests {
         assert!(
             crate::script::SOURCE.contains(&format!("check(1, 'sequence number', '1', '{MAX}')"))
         );
+    }
+
+    #[test]
+    fn starts_grow_until_october_2219_and_stop_there() {
+        let september_2219 = Duration::from_secs(7_879_000_000);
+        let november_2219 = Duration::from_secs(7_884_000_000);
+        assert!(first(september_2219, 0) < first(september_2219 + Duration::from_millis(1), 0));
+        assert_eq!(first(november_2219, 0), MAX - (1 << 50));
     }
 
     #[test]
