@@ -155,8 +155,9 @@ impl<K> Builder<K> {
     /// Two live participants must never share an id: the store would take them for one and
     /// refuse the flushes of the one that numbers them lower, reporting each as `flush failed`
     /// (`stale`). Two started in the same millisecond would number them alike; each start is
-    /// placed at random within its millisecond, which makes that unlikely, not impossible. A fixed id suits tests that need stable key names, and a
-    /// participant whose identity outlives its process (a pod of a StatefulSet, say).
+    /// placed at random within its millisecond, which makes that unlikely, not impossible. A
+    /// fixed id suits tests that need stable key names, and a participant whose identity
+    /// outlives its process (a pod of a StatefulSet, say).
     ///
     /// # Restarting with the same id
     ///
@@ -166,9 +167,13 @@ impl<K> Builder<K> {
     /// numbers a millisecond), so they follow the ones it sent before it stopped and its first
     /// flush is applied, not taken for an old copy. Two things must hold for that: the wall
     /// clock must not step back across the restart, and the old process must be gone (it
-    /// would otherwise be a second live participant with the same id). If the old process
-    /// already added to the interval the restarted one first reaches, that flush waits for the
-    /// next interval, as any flush does.
+    /// would otherwise be a second live participant with the same id). A clock stepped back
+    /// numbers the new run's flushes below the fence's: they are refused as `stale`, and
+    /// reported dropped, until the fence expires. Should the numbers reach the fence's first
+    /// (a step back of a few milliseconds), the one that equals it is answered as a duplicate
+    /// and reported completed, although it was not added. If the old process already added to
+    /// the interval the restarted one first reaches, that flush waits for the next interval,
+    /// as any flush does.
     pub fn participant(mut self, id: ParticipantId) -> Self {
         self.participant = Some(id);
         self
