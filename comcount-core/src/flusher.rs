@@ -764,8 +764,7 @@ impl fmt::Display for Abandoned {
             Abandoned::DroppedInFlight => {
                 "the counter's background task was dropped (its runtime shut down, or a panic \
                  unwound through it) while the flush was in the store's hands, so whether it \
-                 was counted is unknown; to settle it, let the task run until it ends after \
-                 close()"
+                 was counted is unknown"
             }
         })
     }

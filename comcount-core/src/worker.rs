@@ -22,11 +22,12 @@ use crate::store::{ParticipantId, Store};
 ///
 /// It does nothing until the first increment, then flushes once an interval (a family: once
 /// per partition, side by side). It completes after [`Counter::close`](crate::Counter::close)
-/// or when every handle is dropped, once it has accounted for the flush it had in the air. If
-/// it is dropped first (its runtime shut down, say, or a panic unwound through it), the drop
-/// accounts for that flush: its amount is put back where the store's fence proves it was not
-/// counted, and reported unsettled otherwise. If the diagnostics sink is what panicked,
-/// nothing more is reported to it.
+/// or when every handle is dropped, once it has accounted for the flush it had in the air
+/// (without waiting for its reply: it puts the amount back where the store's fence proves it
+/// was not counted, and reports it unsettled otherwise). If it is dropped first (its runtime
+/// shut down, say, or a panic unwound through it), the drop accounts for that flush the same
+/// way. If the diagnostics sink is what panicked, nothing more is reported to it: the amount
+/// is put back where the fence proves it safe, and otherwise goes unreported.
 ///
 /// ```no_run
 /// # #[cfg(feature = "tokio")]
