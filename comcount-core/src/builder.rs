@@ -171,9 +171,11 @@ impl<K> Builder<K> {
     /// numbers the new run's flushes below the fence's: they are refused as `stale`, and
     /// reported dropped, until the fence expires. Should the numbers reach the fence's first
     /// (a step back of a few milliseconds), the one that equals it is answered as a duplicate
-    /// and reported completed, although it was not added. If the old process already added to
-    /// the interval the restarted one first reaches, that flush waits for the next interval,
-    /// as any flush does.
+    /// of the old run's flush; it is reported as `flush failed`, since that flush was counted
+    /// in an interval none of its copies could reach, unless the restart took less than an
+    /// interval or two, which leaves the two apart by too little to tell. If the old process
+    /// already added to the interval the restarted one first reaches, that flush waits for the
+    /// next interval, as any flush does.
     pub fn participant(mut self, id: ParticipantId) -> Self {
         self.participant = Some(id);
         self

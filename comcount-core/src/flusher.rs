@@ -14,6 +14,7 @@
 
 use std::fmt;
 use std::future::pending;
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -67,6 +68,9 @@ pub(crate) struct Flusher<S, T> {
     /// Whether the flush's amounts were taken from the buffers and are not accounted for yet:
     /// what a drop of the loop must settle.
     unsettled: bool,
+    /// The windows of the flush's copies sent so far: the intervals one of them may have been
+    /// counted in. Kept from one flush to the next, so that it allocates once.
+    windows: Vec<RangeInclusive<u64>>,
 }
 
 impl<S, T> Flusher<S, T> {
@@ -201,6 +205,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             ),
             last_added: None,
             unsettled: false,
+            windows: Vec::new(),
             partition,
             spread: fastrand::Rng::with_seed(participant.as_u64() ^ (u64::from(partition) << 32)),
             shared: Arc::clone(shared),
@@ -311,6 +316,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             backoff: Backoff::new(self.settings.interval),
             wrong_in_a_row: 0,
         };
+        self.windows.clear();
         loop {
             let now = self.timer.now();
             if let Some((at, why)) = plan.next_copy
@@ -320,6 +326,10 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 if self.may_send(why, started, now) {
                     let sent = self.send(now);
                     if !matches!(sent, Sent::Closed) {
+                        let window = self.request.window();
+                        if self.windows.last() != Some(&window) {
+                            self.windows.push(window);
+                        }
                         copies = copies.saturating_add(1);
                         self.report_resent(why, copies, &plan);
                     }
@@ -525,6 +535,13 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             .answered(self.partition, answer.sent, now, &self.report);
         plan.backoff.reset();
         match reply.outcome {
+            Outcome::Duplicate if reply.counted_in.is_some_and(|n| !self.may_land_in(n)) => {
+                // The fence holds this flush's number, but from a flush counted where none of
+                // its copies can land: another run's, under the same id.
+                self.refresh(&reply.previous_totals, round_trip);
+                plan.refusal = Some(StoreError::refused(NumberTaken));
+                plan.next_copy = None;
+            }
             Outcome::Applied | Outcome::Duplicate => {
                 self.refresh(&reply.previous_totals, round_trip);
                 let interval = reply.counted_in.unwrap_or(reply.interval);
@@ -567,6 +584,12 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             }
         }
         None
+    }
+
+    /// Whether a copy of the flush sent so far may have been counted in `interval`: a
+    /// duplicate counted elsewhere is another flush's, which took this one's number.
+    fn may_land_in(&self, interval: u64) -> bool {
+        self.windows.iter().any(|window| window.contains(&interval))
     }
 
     /// Plans the next copy for `at`, after an answer to the copy sent at `answered`: unless
@@ -788,3 +811,22 @@ impl fmt::Display for StaleFlush {
 }
 
 impl std::error::Error for StaleFlush {}
+
+/// The store's fence held this flush's number from another flush, counted in an interval none
+/// of this one's copies could reach.
+#[derive(Debug)]
+struct NumberTaken;
+
+impl fmt::Display for NumberTaken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "the store answered that a flush with this number was already applied, in an \
+             interval this flush could not reach: another run under this participant id used \
+             the number (a restart whose wall clock went back, or two live participants with \
+             one id); give every live participant its own id, and keep the wall clock of one \
+             restarting under a fixed id from going back",
+        )
+    }
+}
+
+impl std::error::Error for NumberTaken {}

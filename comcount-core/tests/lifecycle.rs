@@ -12,7 +12,8 @@ use std::time::Duration;
 use comcount_core::clock::{Clock, TokioTimer, VirtualClock};
 use comcount_core::diagnostics::{Recorder, Reporter};
 use comcount_core::{
-    Counter, Family, FlushReply, FlushRequest, MemoryStore, ParticipantId, Store, StoreError,
+    Counter, Family, FlushReply, FlushRequest, MemoryStore, Outcome, ParticipantId, Store,
+    StoreError,
 };
 use common::runtime::run_virtual_until;
 use common::scripted::{Action, ScriptedStore};
@@ -648,6 +649,79 @@ fn a_restarted_participant_with_a_fixed_id_is_applied_first_time() {
         "the first flush was not the one applied"
     );
     assert!(events.with_message("flush failed").is_empty());
+}
+
+/// A store in memory whose fences hold, for a participant restarted with its wall clock
+/// stepped back, the number of its first flush from the run before: the first copy of that
+/// flush that reaches the fence is answered as a duplicate of the old one, counted in an
+/// interval long gone.
+struct SteppedBack {
+    memory: MemoryStore<VirtualClock>,
+    clock: VirtualClock,
+    collided: AtomicBool,
+}
+
+impl Store for SteppedBack {
+    fn name(&self) -> &str {
+        "stepped back"
+    }
+
+    fn flush(
+        &self,
+        request: &FlushRequest,
+        report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        let now = u64::try_from(self.clock.now().as_millis()).unwrap();
+        let n = now / request.interval_ms;
+        // As the script does, a copy aimed elsewhere is answered a wrong interval first.
+        let collides = request.window().contains(&n) && !self.collided.swap(true, Ordering::SeqCst);
+        let phase = Duration::from_millis(now % request.interval_ms);
+        let memory = self.memory.flush(request, report);
+        async move {
+            if collides {
+                let old = n - 600;
+                return Ok(FlushReply::new(Outcome::Duplicate, n, phase, Some(old)));
+            }
+            memory.await
+        }
+    }
+}
+
+#[test]
+fn a_restart_that_meets_its_old_number_in_the_fence_reports_the_flush_failed() {
+    let clock = VirtualClock::starting_at(Duration::from_secs(1_000));
+    let store = SteppedBack {
+        memory: MemoryStore::with_clock(clock.clone()),
+        clock: clock.clone(),
+        collided: AtomicBool::new(false),
+    };
+    let events = Recorder::new();
+    let (counter, mut pool) = spawned("pod", store, &clock, events.clone());
+    counter.increment(3);
+    run_virtual_until(&mut pool, &clock, clock.now() + INTERVAL * 2);
+    counter.increment(4);
+    run_virtual_until(&mut pool, &clock, clock.now() + INTERVAL * 3);
+    // The first flush was not added: it is reported failed, not completed, and says why.
+    // Its first copy was answered a wrong interval, which a client may send again: the amount
+    // is reported unsettled, as for any refusal after such a copy.
+    let failed = events.with_message("flush failed");
+    assert_eq!(failed.len(), 1, "{:?}", events.messages());
+    let amount = |name| failed[0].attribute(name).unwrap().parse::<u64>().unwrap();
+    assert_eq!(
+        amount("dropped") + amount("unsettled"),
+        3,
+        "{:?}",
+        failed[0]
+    );
+    let error = failed[0].attribute("error").unwrap();
+    assert!(error.contains("wall clock"), "{error}");
+    // The next flush is applied, and the dropped amount is not in it.
+    let completed: u64 = events
+        .with_message("flush completed")
+        .iter()
+        .map(|e| e.attribute("amount").unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(completed, 4, "{:?}", events.messages());
 }
 
 /// A store in memory that says it has a caveat, or not.
