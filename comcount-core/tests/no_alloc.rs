@@ -80,16 +80,20 @@ fn assert_no_allocation(what: &str, increment: impl Fn() -> u64 + Sync) {
     // Several threads at once. Spawning allocates, and so does a new thread setting itself
     // up (and its first lookup), so the threads are spawned, count once, and wait until all
     // are running before the count starts; they are released together once it has, and stay
-    // alive until it has been read, so that nothing they do on exit is counted.
+    // alive until it has been read, so that nothing they do on exit is counted. They are
+    // joined before the next count starts: a thread's locals are torn down after its closure
+    // returns, which is all the scope waits for, and what that frees or allocates would
+    // otherwise land in the next count.
     let ready = Barrier::new(THREADS + 1);
     let start = Barrier::new(THREADS + 1);
     let done = Barrier::new(THREADS + 1);
     let exit = Barrier::new(THREADS + 1);
     let together = thread::scope(|scope| {
+        let mut threads = Vec::with_capacity(THREADS);
         for _ in 0..THREADS {
             let increment = &increment;
             let (ready, start, done, exit) = (&ready, &start, &done, &exit);
-            scope.spawn(move || {
+            threads.push(scope.spawn(move || {
                 increment();
                 ready.wait();
                 start.wait();
@@ -98,7 +102,7 @@ fn assert_no_allocation(what: &str, increment: impl Fn() -> u64 + Sync) {
                 }
                 done.wait();
                 exit.wait();
-            });
+            }));
         }
         ready.wait();
         let region = Region::new(GLOBAL);
@@ -109,6 +113,9 @@ fn assert_no_allocation(what: &str, increment: impl Fn() -> u64 + Sync) {
         done.wait();
         let together = region.change();
         exit.wait();
+        for thread in threads {
+            thread.join().expect("a counting thread panicked");
+        }
         together
     });
     let expected = before + N + THREADS as u64 + (THREADS as u64 + 1) * N;
