@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use comcount_core::clock::{Clock, TokioTimer, VirtualClock};
-use comcount_core::diagnostics::{Recorder, Reporter};
+use comcount_core::diagnostics::{Record, Recorder, Reporter};
 use comcount_core::{
     Counter, Family, FlushReply, FlushRequest, MemoryStore, Outcome, ParticipantId, Store,
     StoreError,
@@ -651,14 +651,29 @@ fn a_restarted_participant_with_a_fixed_id_is_applied_first_time() {
     assert!(events.with_message("flush failed").is_empty());
 }
 
-/// A store in memory whose fences hold, for a participant restarted with its wall clock
-/// stepped back, the number of its first flush from the run before: the first copy of that
-/// flush that reaches the fence is answered as a duplicate of the old one, counted in an
-/// interval long gone.
+/// A store in memory whose fence holds, for a participant restarted with its wall clock
+/// stepped back, the number of one of its flushes from the run before: the `collide_at`-th
+/// copy that reaches the fence (counting from 0; copies aimed elsewhere are answered a wrong
+/// interval first, as the script does) is answered as the old flush's duplicate. The old
+/// flush was counted long ago for the first copy, and otherwise in the interval the first
+/// copy landed in: where an earlier flush of this run could land, but not this one.
 struct SteppedBack {
     memory: MemoryStore<VirtualClock>,
     clock: VirtualClock,
-    collided: AtomicBool,
+    collide_at: usize,
+    /// The interval each copy that reached the fence was sent in.
+    reached: Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+impl SteppedBack {
+    fn new(clock: &VirtualClock, collide_at: usize) -> Self {
+        Self {
+            memory: MemoryStore::with_clock(clock.clone()),
+            clock: clock.clone(),
+            collide_at,
+            reached: Arc::default(),
+        }
+    }
 }
 
 impl Store for SteppedBack {
@@ -673,55 +688,75 @@ impl Store for SteppedBack {
     ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
         let now = u64::try_from(self.clock.now().as_millis()).unwrap();
         let n = now / request.interval_ms;
-        // As the script does, a copy aimed elsewhere is answered a wrong interval first.
-        let collides = request.window().contains(&n) && !self.collided.swap(true, Ordering::SeqCst);
         let phase = Duration::from_millis(now % request.interval_ms);
+        let mut collision = None;
+        if request.window().contains(&n) {
+            let mut reached = self.reached.lock().unwrap();
+            if reached.len() == self.collide_at {
+                let old = reached.first().copied().unwrap_or(n - 600);
+                collision = Some(FlushReply::new(Outcome::Duplicate, n, phase, Some(old)));
+            }
+            reached.push(n);
+        }
         let memory = self.memory.flush(request, report);
         async move {
-            if collides {
-                let old = n - 600;
-                return Ok(FlushReply::new(Outcome::Duplicate, n, phase, Some(old)));
+            match collision {
+                Some(reply) => Ok(reply),
+                None => memory.await,
             }
-            memory.await
         }
     }
+}
+
+/// Runs a counter on `store`, adding `amounts` one an interval, then waits three intervals;
+/// returns the `flush failed` events and the sum of the `flush completed` amounts.
+fn run_stepped_back(store: SteppedBack, amounts: &[u64]) -> (Vec<Record>, u64) {
+    let clock = store.clock.clone();
+    let events = Recorder::new();
+    let (counter, mut pool) = spawned("pod", store, &clock, events.clone());
+    for &amount in amounts {
+        counter.increment(amount);
+        run_virtual_until(&mut pool, &clock, clock.now() + INTERVAL);
+    }
+    run_virtual_until(&mut pool, &clock, clock.now() + INTERVAL * 3);
+    let completed = events
+        .with_message("flush completed")
+        .iter()
+        .map(|e| e.attribute("amount").unwrap().parse::<u64>().unwrap())
+        .sum();
+    (events.with_message("flush failed"), completed)
+}
+
+/// The amount a `flush failed` event reports, dropped or unsettled: a copy answered a wrong
+/// interval may be sent again by a client, so a refusal after one is reported unsettled.
+fn failed_amount(failed: &Record) -> u64 {
+    let amount = |name| failed.attribute(name).unwrap().parse::<u64>().unwrap();
+    amount("dropped") + amount("unsettled")
 }
 
 #[test]
 fn a_restart_that_meets_its_old_number_in_the_fence_reports_the_flush_failed() {
     let clock = VirtualClock::starting_at(Duration::from_secs(1_000));
-    let store = SteppedBack {
-        memory: MemoryStore::with_clock(clock.clone()),
-        clock: clock.clone(),
-        collided: AtomicBool::new(false),
-    };
-    let events = Recorder::new();
-    let (counter, mut pool) = spawned("pod", store, &clock, events.clone());
-    counter.increment(3);
-    run_virtual_until(&mut pool, &clock, clock.now() + INTERVAL * 2);
-    counter.increment(4);
-    run_virtual_until(&mut pool, &clock, clock.now() + INTERVAL * 3);
+    let (failed, completed) = run_stepped_back(SteppedBack::new(&clock, 0), &[3, 0, 4]);
     // The first flush was not added: it is reported failed, not completed, and says why.
-    // Its first copy was answered a wrong interval, which a client may send again: the amount
-    // is reported unsettled, as for any refusal after such a copy.
-    let failed = events.with_message("flush failed");
-    assert_eq!(failed.len(), 1, "{:?}", events.messages());
-    let amount = |name| failed[0].attribute(name).unwrap().parse::<u64>().unwrap();
-    assert_eq!(
-        amount("dropped") + amount("unsettled"),
-        3,
-        "{:?}",
-        failed[0]
-    );
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed_amount(&failed[0]), 3, "{:?}", failed[0]);
     let error = failed[0].attribute("error").unwrap();
     assert!(error.contains("wall clock"), "{error}");
-    // The next flush is applied, and the dropped amount is not in it.
-    let completed: u64 = events
-        .with_message("flush completed")
-        .iter()
-        .map(|e| e.attribute("amount").unwrap().parse::<u64>().unwrap())
-        .sum();
-    assert_eq!(completed, 4, "{:?}", events.messages());
+    // The next flush is applied, and the failed amount is not in it.
+    assert_eq!(completed, 4);
+}
+
+#[test]
+fn a_duplicate_counted_where_only_an_earlier_flush_could_land_is_failed() {
+    let clock = VirtualClock::starting_at(Duration::from_secs(1_000));
+    let amounts = [1, 10, 100, 1_000, 10_000];
+    let (failed, completed) = run_stepped_back(SteppedBack::new(&clock, 3), &amounts);
+    // Only the windows of the flush's own copies count: the fourth flush is failed, although
+    // the first one could land where the duplicate was counted.
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed_amount(&failed[0]) > 0, "{failed:?}");
+    assert_eq!(failed_amount(&failed[0]) + completed, 11_111, "{failed:?}");
 }
 
 /// A store in memory that says it has a caveat, or not.
