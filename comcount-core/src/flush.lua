@@ -388,7 +388,7 @@ if n > 0 then
     if err then
       return err
     end
-    if total and not (plain(total) and not greater(total, MAX_TOTAL)) then
+    if total and not amount_ok(total) then
       return foreign(key, "a counter's total")
     end
     previous = total

@@ -762,8 +762,8 @@ const MUTANTS: &[Mutant] = &[
     ),
     m(
         "a counter's previous total that is not an integer brought back",
-        "    if total and not (plain(total)",
-        "    if false and not (plain(total)",
+        "    if total and not amount_ok(total)",
+        "    if false and not amount_ok(total)",
     ),
     m(
         "a family's previous key of another type passed on as the server wrote it",
