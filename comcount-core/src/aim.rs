@@ -8,7 +8,7 @@ use crate::store::{FlushReply, FlushRequest};
 /// How many recent round trips the aim takes the middle of.
 const RECENT: usize = 4;
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Aim {
     interval_ms: u64,
     /// Where in an interval flushes aim to arrive: the middle for a counter.
@@ -189,6 +189,14 @@ impl Aim {
     /// aimed by it would not land.
     fn pairing_round_trip(&self) -> Option<Duration> {
         let interval = Duration::from_millis(self.interval_ms);
+        self.steady_round_trip()
+            .filter(|round_trip| *round_trip > interval && *round_trip < interval * 2)
+    }
+
+    /// The round trip planned with, while it is steady: the last few within a quarter
+    /// interval of each other.
+    pub(crate) fn steady_round_trip(&self) -> Option<Duration> {
+        let interval = Duration::from_millis(self.interval_ms);
         let round_trip = self.anchor?.round_trip;
         let (mut least, mut most) = (Duration::MAX, Duration::ZERO);
         for recent in self.recent {
@@ -197,7 +205,7 @@ impl Aim {
             most = most.max(recent);
         }
         let steady = most - least <= interval / 4;
-        (steady && round_trip > interval && round_trip < interval * 2).then_some(round_trip)
+        steady.then_some(round_trip)
     }
 
     fn interval_of(&self, at: Duration) -> u64 {

@@ -159,6 +159,10 @@ impl<K> Builder<K> {
     /// fixed id suits tests that need stable key names, and a participant whose identity
     /// outlives its process (a pod of a StatefulSet, say).
     ///
+    /// On a store farther away than an interval, a counter flushes through up to three more
+    /// lanes, each under an id derived from this one (the same in every run), with a fence of
+    /// its own: the README's "How a flush settles" tells how. What follows holds for each.
+    ///
     /// # Restarting with the same id
     ///
     /// The store keeps each participant's fence (its last flush's sequence number and

@@ -25,6 +25,7 @@ use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter, ResendReason};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::flight::{Answer, Flight};
+use crate::lanes::{self, Lanes, Opener, Start};
 use crate::round_trip::RoundTrip;
 use crate::settings::Settings;
 use crate::shared::Shared;
@@ -43,6 +44,12 @@ pub(crate) struct Flusher<S, T> {
     shared: Arc<Shared>,
     /// Which of the family's partitions this loop flushes (0 for a counter).
     partition: u32,
+    /// Which of the partition's lanes this loop is (0 for the one always there).
+    lane: u32,
+    /// What the partition's lanes share.
+    lanes: Arc<Lanes>,
+    /// How many lanes to flush through, as the first lane decides.
+    opener: Opener,
     store: Arc<S>,
     timer: T,
     settings: Settings,
@@ -168,8 +175,13 @@ struct Plan {
 }
 
 impl<S: Store, T: Timer> Flusher<S, T> {
-    /// The flush loop of `partition` (0 for a counter).
-    pub(crate) fn new(tick: &Tick<Arc<S>, T>, partition: u32) -> Self {
+    /// The flush loop of lane `lane` of `partition` (0 and 0 for a counter's first).
+    pub(crate) fn new(
+        tick: &Tick<Arc<S>, T>,
+        partition: u32,
+        lane: u32,
+        lanes: &Arc<Lanes>,
+    ) -> Self {
         let Tick {
             shared,
             store,
@@ -180,6 +192,14 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             first_seq,
             alarm,
         } = tick;
+        let participant = lanes::participant(*participant, lane);
+        let (aim, round_trip) = match lanes.start().filter(|_| lane > 0) {
+            Some(Start { aim, round_trip }) => (aim, round_trip),
+            None => (
+                Aim::spread(settings.interval_ms, partition, settings.partitions()),
+                RoundTrip::new(settings.policy.flush_timeout),
+            ),
+        };
         Self {
             watch: Watch::new(
                 timer.clone(),
@@ -187,26 +207,26 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 partition,
                 report.clone(),
                 settings.interval,
+                Arc::clone(lanes),
             ),
             batch: Batch::new(Arc::clone(shared), partition),
             flight: Flight::default(),
-            aim: Aim::spread(settings.interval_ms, partition, settings.partitions()),
-            round_trip: RoundTrip::new(settings.policy.flush_timeout),
+            aim,
+            round_trip,
             alarm: alarm.clone(),
             turns: Turns::new(settings.interval),
             request: Arc::new(
-                FlushRequest::new(
-                    settings.space(partition),
-                    *participant,
-                    settings.interval_ms,
-                )
-                .with_seq(*first_seq)
-                .with_fence_ttl_ms(settings.fence_ttl_ms),
+                FlushRequest::new(settings.space(partition), participant, settings.interval_ms)
+                    .with_seq(*first_seq)
+                    .with_fence_ttl_ms(settings.fence_ttl_ms),
             ),
             last_added: None,
             unsettled: false,
             windows: Vec::new(),
             partition,
+            lane,
+            lanes: Arc::clone(lanes),
+            opener: Opener::default(),
             spread: fastrand::Rng::with_seed(participant.as_u64() ^ (u64::from(partition) << 32)),
             shared: Arc::clone(shared),
             store: Arc::clone(store),
@@ -222,6 +242,10 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             .until(self.shared.started(self.partition), None)
             .await?;
         loop {
+            if self.lane >= self.lanes.wanted() {
+                // A lane after the first that is no longer wanted, between its flushes.
+                return Some(());
+            }
             let settled = self.flush().await?;
             self.tell_alarm_awaiting(None);
             self.batch.release(Arc::make_mut(&mut self.request));
@@ -229,6 +253,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             if let Settled::Counted { interval, .. } = settled {
                 self.last_added = self.last_added.max(Some(interval));
             }
+            self.decide_lanes();
             let resume_at = self.timer.now() + self.pause(&settled, added_before);
             self.watch.until(pending::<()>(), Some(resume_at)).await?;
         }
@@ -257,6 +282,15 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 let Some(delay) = self.aim.delay_to_aim(now, floor) else {
                     return self.settings.interval;
                 };
+                let lanes = self.lanes.wanted();
+                if lanes > 1 {
+                    // Each lane in its turn: the store is far, not busy, and the lanes
+                    // together add one flush an interval.
+                    let lands = self.aim.expected_interval(now + delay);
+                    let turn = lanes::turn(lands, self.lane, lanes);
+                    let later = u32::try_from(turn - lands).unwrap_or(u32::MAX);
+                    return delay + self.settings.interval * later;
+                }
                 let (skipping, rest) = match settled {
                     &Settled::Counted {
                         interval: n,
@@ -372,6 +406,27 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 }
             }
         }
+    }
+
+    /// How many lanes the partition flushes through, as the first lane decides after each of
+    /// its flushes: more than one only while the round trip is over an interval, steady, and
+    /// the path's own time rather than a queue behind other flushes, where more flushes in the
+    /// air would only lengthen the queue.
+    fn decide_lanes(&mut self) {
+        if self.lane != 0 || !self.settings.lanes_allowed() {
+            return;
+        }
+        let interval = self.settings.interval;
+        let path = self.aim.steady_round_trip().filter(|_| {
+            self.turns
+                .spread()
+                .is_some_and(|spread| spread <= interval / 4)
+        });
+        let (aim, round_trip) = (&self.aim, &self.round_trip);
+        self.opener.decide(&self.lanes, path, interval, || Start {
+            aim: aim.clone(),
+            round_trip: round_trip.clone(),
+        });
     }
 
     /// Tells the slow-store alarm when this partition's oldest copy still unanswered was sent
@@ -538,12 +593,12 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             Outcome::Duplicate if reply.counted_in.is_some_and(|n| !self.may_land_in(n)) => {
                 // The fence holds this flush's number, but from a flush counted where none of
                 // its copies can land: another run's, under the same id.
-                self.refresh(&reply.previous_totals, round_trip);
+                self.refresh(reply.interval, &reply.previous_totals, round_trip);
                 plan.refusal = Some(StoreError::refused(NumberTaken));
                 plan.next_copy = None;
             }
             Outcome::Applied | Outcome::Duplicate => {
-                self.refresh(&reply.previous_totals, round_trip);
+                self.refresh(reply.interval, &reply.previous_totals, round_trip);
                 let interval = reply.counted_in.unwrap_or(reply.interval);
                 self.report.emit(Event::FlushCompleted {
                     interval,
@@ -557,14 +612,14 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 });
             }
             Outcome::Stale => {
-                self.refresh(&reply.previous_totals, round_trip);
+                self.refresh(reply.interval, &reply.previous_totals, round_trip);
                 plan.refusal = Some(StoreError::refused(StaleFlush));
                 plan.next_copy = None;
             }
             Outcome::Fenced => {
                 // This participant added to this interval already: the same flush goes to a
                 // later one.
-                self.refresh(&reply.previous_totals, round_trip);
+                self.refresh(reply.interval, &reply.previous_totals, round_trip);
                 self.flight.not_applied_yet();
                 self.last_added = self.last_added.max(Some(reply.interval));
                 plan.wrong_in_a_row = 0;
@@ -673,9 +728,13 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             .min(fence_ttl / 2)
     }
 
-    /// Takes a reply's totals as the group's numbers; the copy that brought them took
-    /// `round_trip`.
-    fn refresh(&mut self, totals: &[Option<u64>], round_trip: Duration) {
+    /// Takes a reply's totals as the group's numbers, unless a later reply of another lane
+    /// brought newer ones; the copy that brought them took `round_trip`, and ran in the
+    /// store's interval `interval`.
+    fn refresh(&mut self, interval: u64, totals: &[Option<u64>], round_trip: Duration) {
+        if !self.lanes.newest_totals(interval, self.lane) {
+            return;
+        }
         let now_ms = self.now_ms();
         // Not once closed: a reply that comes as the family closes must not bring a total
         // back after `close()` forgot them all.

@@ -65,6 +65,7 @@ mod family;
 mod flight;
 mod flusher;
 pub mod keys;
+mod lanes;
 mod memory;
 mod packed;
 mod registry;

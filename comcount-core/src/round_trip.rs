@@ -17,7 +17,7 @@ const CAP: Duration = Duration::from_secs(60);
 /// still sees copies thin out.
 const MAX_DOUBLINGS: u32 = 2;
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct RoundTrip {
     /// The timeout before the first reply, and the least it ever is.
     floor: Duration,

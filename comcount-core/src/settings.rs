@@ -76,6 +76,13 @@ impl Settings {
         self.family.map_or(1, |f| f.partitions)
     }
 
+    /// Whether flushes may go through more than one lane ([`lanes`](crate::lanes)): a
+    /// counter's do; a family's partitions keep one loop each, since a lane's flush could
+    /// carry a key that another lane evicts meanwhile.
+    pub(crate) fn lanes_allowed(&self) -> bool {
+        self.family.is_none() && self.policy.timing == Timing::MidInterval
+    }
+
     /// After how many intervals without a lookup an empty key is evicted; never for a counter.
     pub(crate) fn evict_after_intervals(&self) -> Option<u64> {
         self.family.map(|f| f.evict_after_intervals)

@@ -28,6 +28,13 @@ pub(crate) const MAX_REST: u32 = 6;
 /// over the last two windows, so a path that became slower for good is learnt within two.
 const WINDOW: u32 = 32;
 
+/// How many round trips must be seen before their spread is told.
+const SPREAD_AFTER: u32 = 8;
+
+/// How many of the longest round trips of a window say nothing of a queue: copies held up
+/// once, as the first two are, which connect and load the script.
+const HELD_UP: usize = 2;
+
 /// How many counted flushes in a row must bring no total before a counter rests: under a
 /// queue that lets it add to consecutive intervals now and then, it learns enough without,
 /// and a store near its capacity, whose queue is long only now and then, is not left idle.
@@ -38,6 +45,9 @@ pub(crate) struct Turns {
     interval: Duration,
     /// The least round trip in the current window, and in the one before it.
     least: [Option<Duration>; 2],
+    /// The [`HELD_UP`] + 1 longest in the current window, longest first, and in the one
+    /// before it.
+    most: [[Duration; HELD_UP + 1]; 2],
     /// Round trips taken in the current window.
     taken: u32,
     /// The longest queue seen since the last flush was counted.
@@ -55,6 +65,7 @@ impl Turns {
         Self {
             interval,
             least: [None; 2],
+            most: [[Duration::ZERO; HELD_UP + 1]; 2],
             taken: 0,
             queue: Duration::ZERO,
             rest: 0,
@@ -67,20 +78,43 @@ impl Turns {
     pub(crate) fn observe(&mut self, round_trip: Duration) {
         if self.taken == WINDOW {
             self.least = [None, self.least[0]];
+            self.most = [[Duration::ZERO; HELD_UP + 1], self.most[0]];
             self.taken = 0;
         }
         self.taken += 1;
         self.last = round_trip;
         let current = &mut self.least[0];
         *current = Some(current.map_or(round_trip, |least| least.min(round_trip)));
-        let least = self
-            .least
-            .iter()
-            .flatten()
-            .min()
-            .copied()
-            .unwrap_or_default();
-        self.queue = self.queue.max(round_trip.saturating_sub(least));
+        let mut carried = round_trip;
+        for longest in &mut self.most[0] {
+            if carried > *longest {
+                carried = std::mem::replace(longest, carried);
+            }
+        }
+        self.queue = self.queue.max(self.queued(round_trip));
+    }
+
+    /// How far apart the round trips seen lately are, the [`HELD_UP`] longest left out:
+    /// little on a path that is merely long, and more behind a queue, which fills and drains.
+    /// `None` until [`SPREAD_AFTER`] were seen: a few round trips in a row alike say little.
+    pub(crate) fn spread(&self) -> Option<Duration> {
+        let seen = self.taken + if self.least[1].is_some() { WINDOW } else { 0 };
+        if seen < SPREAD_AFTER {
+            return None;
+        }
+        let mut longest = [Duration::ZERO; 2 * (HELD_UP + 1)];
+        longest.copy_from_slice(self.most.as_flattened());
+        longest.sort_unstable_by(|a, b| b.cmp(a));
+        let most = longest[HELD_UP];
+        let least = self.least.iter().flatten().min().copied();
+        Some(most.saturating_sub(least.unwrap_or(most)))
+    }
+
+    /// How long a copy that took `round_trip` queued: how much longer it took than the least
+    /// round trip seen lately.
+    pub(crate) fn queued(&self, round_trip: Duration) -> Duration {
+        let least = self.least.iter().flatten().min().copied();
+        round_trip.saturating_sub(least.unwrap_or_default())
     }
 
     /// How many intervals to rest after a flush was counted: `learnt` when its reply brought
@@ -254,5 +288,30 @@ mod tests {
         // A queue as long as the most: no rest at all.
         turns.observe(ms(650));
         assert_eq!(turns.after_counted(false, false, most), 0);
+    }
+
+    #[test]
+    fn the_spread_leaves_out_copies_held_up_once_and_shows_a_queue() {
+        let mut turns = Turns::new(ms(100));
+        // The first copies connect and load the script: held up.
+        turns.observe(ms(360));
+        turns.observe(ms(250));
+        for _ in 0..SPREAD_AFTER - 3 {
+            turns.observe(ms(120));
+        }
+        assert_eq!(turns.spread(), None, "told after a few round trips");
+        turns.observe(ms(121));
+        assert_eq!(turns.spread(), Some(ms(1)));
+        // A queue that fills and drains: more than two long round trips. The two held up
+        // at the start are still left out, and the third longest counts.
+        for round_trip in [150, 200, 170] {
+            turns.observe(ms(round_trip));
+        }
+        assert_eq!(turns.spread(), Some(ms(80)));
+        // Forgotten once two windows have passed.
+        for _ in 0..WINDOW * 2 {
+            turns.observe(ms(130));
+        }
+        assert_eq!(turns.spread(), Some(ms(0)));
     }
 }

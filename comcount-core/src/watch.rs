@@ -9,24 +9,22 @@ use std::time::Duration;
 
 use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
+use crate::lanes::Lanes;
 use crate::shared::Shared;
 
 /// Keeps how fresh a partition's totals are. Totals that nothing refreshed for two intervals
 /// become unknown, whatever the background task is busy with: a hanging flush included.
 /// Totals that took a long round trip to arrive keep that much longer (up to three intervals
-/// more), since the next ones will take as long.
+/// more), since the next ones will take as long. The lanes of a partition ([`Lanes`]) keep
+/// one time for their totals: a refresh by any lane keeps them fresh.
 pub(crate) struct Watch<T> {
     timer: T,
     shared: Arc<Shared>,
     partition: u32,
     report: Reporter,
     interval: Duration,
-    /// When the total goes stale, while one is known.
-    stale_at: Option<Duration>,
-    /// When a reply last brought a known total.
-    refreshed_at: Duration,
-    /// When the total went stale, until a reply brings one again.
-    went_stale_at: Option<Duration>,
+    /// When the partition's totals go stale, shared by its lanes.
+    lanes: Arc<Lanes>,
 }
 
 enum Woke<O> {
@@ -50,6 +48,7 @@ impl<T: Timer> Watch<T> {
         partition: u32,
         report: Reporter,
         interval: Duration,
+        lanes: Arc<Lanes>,
     ) -> Self {
         Self {
             timer,
@@ -57,9 +56,7 @@ impl<T: Timer> Watch<T> {
             partition,
             report,
             interval,
-            stale_at: None,
-            refreshed_at: Duration::ZERO,
-            went_stale_at: None,
+            lanes,
         }
     }
 
@@ -74,9 +71,8 @@ impl<T: Timer> Watch<T> {
             return;
         }
         let now = self.timer.now();
-        self.refreshed_at = now;
-        self.stale_at = Some(now + stale_after(self.interval, round_trip));
-        if let Some(went_stale_at) = self.went_stale_at.take() {
+        let fresh_until = now + stale_after(self.interval, round_trip);
+        if let Some(went_stale_at) = self.lanes.refreshed(now, fresh_until) {
             self.report.emit(Event::TotalFreshAgain {
                 stale_for: now.saturating_sub(went_stale_at),
             });
@@ -93,7 +89,7 @@ impl<T: Timer> Watch<T> {
     ) -> Option<Waited<F::Output>> {
         let mut future = pin!(future);
         loop {
-            let wake_at = deadline.into_iter().chain(self.stale_at).min();
+            let wake_at = deadline.into_iter().chain(self.lanes.stale_at()).min();
             let now = self.timer.now();
             let mut alarm = pin!(wake_at.map(|at| self.timer.sleep(at.saturating_sub(now))));
             let (shared, partition) = (&self.shared, self.partition);
@@ -118,7 +114,7 @@ impl<T: Timer> Watch<T> {
                 (Woke::Done(output), _) => return Some(Waited::Done(output)),
                 (Woke::Stopped, _) => return None,
                 (Woke::Alarm, Some(at)) => {
-                    if self.stale_at.is_some_and(|stale_at| stale_at <= at) {
+                    if self.lanes.take_stale_at(at) {
                         self.go_stale();
                     }
                     if deadline.is_some_and(|deadline| deadline <= at) {
@@ -131,31 +127,29 @@ impl<T: Timer> Watch<T> {
         }
     }
 
-    /// Forgets the partition's totals, and reports it if one was still known: a reply that
-    /// brought none may have forgotten them all already.
+    /// Forgets the partition's totals, once their time to go stale was taken, and reports it
+    /// if one was still known: a reply that brought none may have forgotten them all already.
     fn go_stale(&mut self) {
-        if self.stale_at.take().is_some() {
-            let forgot = self.shared.keys.with_members(
-                self.partition,
-                |_| false,
-                |members| {
-                    // Every total is forgotten: no short cut once one was known.
-                    let mut forgot = false;
-                    for slot in members {
-                        forgot |= slot.total.take().is_some();
-                    }
-                    forgot
-                },
-            );
-            if !forgot {
-                return;
-            }
-            let now = self.timer.now();
-            self.went_stale_at = Some(now);
-            self.report.emit(Event::TotalWentStale {
-                after: now.saturating_sub(self.refreshed_at),
-            });
+        let forgot = self.shared.keys.with_members(
+            self.partition,
+            |_| false,
+            |members| {
+                // Every total is forgotten: no short cut once one was known.
+                let mut forgot = false;
+                for slot in members {
+                    forgot |= slot.total.take().is_some();
+                }
+                forgot
+            },
+        );
+        if !forgot {
+            return;
         }
+        let now = self.timer.now();
+        let refreshed_at = self.lanes.went_stale(now);
+        self.report.emit(Event::TotalWentStale {
+            after: now.saturating_sub(refreshed_at),
+        });
     }
 }
 

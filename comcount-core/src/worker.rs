@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::StreamExt;
+use futures::future::{join, poll_fn};
 use futures::stream::FuturesUnordered;
 
 use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
 use crate::flusher::Flusher;
+use crate::lanes::Lanes;
 use crate::settings::Settings;
 use crate::shared::Shared;
 use crate::slow_alarm::SharedAlarm;
@@ -139,24 +141,66 @@ impl<S: Store, T: Timer> Tick<S, T> {
         };
         let partitions = tick.settings.partitions();
         if partitions == 1 {
-            // A counter, or a family of one partition: its flush loop alone, without a join
-            // to poll it through.
-            Flusher::new(&tick, 0).run().await;
+            // A counter, or a family of one partition: its loops alone, without a join to
+            // poll them through.
+            flush_partition(&tick, 0).await;
         } else {
-            // Each loop is polled when its own waker fires: a join that polls every child on
-            // any wake (as `join_all` does up to 30) would poll all the partitions for the
-            // answer of one.
+            // Each partition is polled when its own waker fires: a join that polls every
+            // child on any wake (as `join_all` does up to 30) would poll all the partitions
+            // for the answer of one.
             let mut loops: FuturesUnordered<_> = (0..partitions)
-                .map(|partition| {
-                    let mut flusher = Flusher::new(&tick, partition);
-                    async move {
-                        flusher.run().await;
-                    }
-                })
+                .map(|partition| flush_partition(&tick, partition))
                 .collect();
             while loops.next().await.is_some() {}
         }
         let report = tick.report;
         report.emit(Event::CounterStopped);
     }
+}
+
+/// The flush loops of one partition: its first lane, and the others it opens while the store
+/// is farther away than an interval ([`lanes`](crate::lanes)). Every lane is polled on any of
+/// their wakes: they share the partition's waker, which a close wakes.
+async fn flush_partition<S: Store, T: Timer>(tick: &Tick<Arc<S>, T>, partition: u32) {
+    let lanes = Arc::new(Lanes::default());
+    let mut first = Flusher::new(tick, partition, 0, &lanes);
+    if tick.settings.lanes_allowed() {
+        join(first.run(), more_lanes(tick, partition, &lanes)).await;
+    } else {
+        first.run().await;
+    }
+}
+
+/// The lanes after the first, each started when the first wants it, each ending when it is
+/// no longer wanted or the counter is closed; completes once closed and every lane has ended.
+async fn more_lanes<S: Store, T: Timer>(
+    tick: &Tick<Arc<S>, T>,
+    partition: u32,
+    lanes: &Arc<Lanes>,
+) {
+    type Lane = Pin<Box<dyn Future<Output = ()> + Send>>;
+    let mut running: Vec<(u32, Lane)> = Vec::new();
+    poll_fn(|cx| {
+        // The first lane decides how many are wanted as it runs, and it is polled just before
+        // this, in the same join: no wake is needed for a change.
+        let closed = tick.shared.is_closed();
+        if !closed {
+            for lane in 1..lanes.wanted() {
+                if running.iter().all(|(open, _)| *open != lane) {
+                    let mut flusher = Flusher::new(tick, partition, lane, lanes);
+                    let run: Lane = Box::pin(async move {
+                        flusher.run().await;
+                    });
+                    running.push((lane, run));
+                }
+            }
+        }
+        running.retain_mut(|(_, run)| run.as_mut().poll(cx).is_pending());
+        if closed && running.is_empty() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
 }

@@ -1,0 +1,421 @@
+//! Flushing through more than one lane when the store is farther away than an interval.
+//!
+//! One flush loop keeps one flush in the air, so with a round trip longer than an interval it
+//! cannot add to every interval, and a participant alone then rarely adds to two in a row: the
+//! interval before each of its flushes holds no key, and it learns no total. While the round
+//! trip is steady (the path's own time, not a queue behind other counters), the partition's
+//! loop opens more lanes: more flush loops over the same buffers, each under a participant id
+//! of its own, derived from the participant's, so that each has its own fence. Each lane
+//! takes its turn: lane `k` of `K` aims only at the intervals `n` where `n % K == k`. Each
+//! lane thus has `K` intervals for its round trip, and together they add to every interval:
+//! one flush an interval, as at a store close by, never more.
+//!
+//! Every lane is a participant as the store's protocol knows one: an amount is taken from the
+//! buffer by one lane's flush, and its fence applies that flush at most once. Nothing about
+//! the protocol changes.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use crate::aim::Aim;
+use crate::round_trip::RoundTrip;
+use crate::store::ParticipantId;
+
+/// The most lanes a partition flushes through: enough for a round trip of three and a half
+/// intervals.
+pub(crate) const MAX_LANES: u32 = 4;
+
+/// What the lanes of one partition share: how many of them flush, and which totals are the
+/// newest.
+#[derive(Debug)]
+pub(crate) struct Lanes {
+    /// How many lanes flush, as lane 0 decides; 1 while the store answers within an interval.
+    wanted: AtomicU32,
+    /// The store's interval of the newest reply whose totals were taken.
+    totals_from: AtomicU64,
+    /// The lane that reply answered.
+    totals_lane: AtomicU32,
+    /// When the partition's totals go stale, in nanoseconds of the worker's timer
+    /// ([`NONE`]: no total is known).
+    stale_at: AtomicU64,
+    /// When a reply last brought a known total.
+    refreshed_at: AtomicU64,
+    /// When the totals went stale, until a reply brings one again ([`NONE`]: they did not).
+    went_stale_at: AtomicU64,
+    /// What the first lane knew when it last opened a lane, for the new lane to start from.
+    start: Mutex<Option<Box<Start>>>,
+}
+
+/// An instant that is not set.
+const NONE: u64 = u64::MAX;
+
+impl Default for Lanes {
+    fn default() -> Self {
+        Self {
+            wanted: AtomicU32::new(1),
+            totals_from: AtomicU64::new(0),
+            totals_lane: AtomicU32::new(0),
+            stale_at: AtomicU64::new(NONE),
+            refreshed_at: AtomicU64::new(0),
+            went_stale_at: AtomicU64::new(NONE),
+            start: Mutex::new(None),
+        }
+    }
+}
+
+impl Lanes {
+    /// How many lanes flush.
+    pub(crate) fn wanted(&self) -> u32 {
+        self.wanted.load(Relaxed)
+    }
+
+    /// Sets how many lanes flush: `wanted`; a lane opened now starts from `start`.
+    fn set(&self, wanted: u32, start: impl FnOnce() -> Start) {
+        if wanted > self.wanted() {
+            *self.lock_start() = Some(Box::new(start()));
+        }
+        self.wanted.store(wanted, Relaxed);
+    }
+
+    /// What a lane opened now starts from.
+    pub(crate) fn start(&self) -> Option<Start> {
+        self.lock_start().as_deref().cloned()
+    }
+
+    fn lock_start(&self) -> std::sync::MutexGuard<'_, Option<Box<Start>>> {
+        // It is replaced whole: one left by a panic is as good as any.
+        self.start
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether a reply to lane `lane` from the store's interval `interval` brings totals to
+    /// take: a lane's reply that comes after a later one of another lane's brings older
+    /// totals, which are not taken. A lane's own replies are taken as they come, and so is one
+    /// from much further back: the store's clock gone back (a failover to a server whose clock
+    /// is behind, say), which the later ones follow from.
+    pub(crate) fn newest_totals(&self, interval: u64, lane: u32) -> bool {
+        let newest = self.totals_from.load(Relaxed);
+        let other_lane = self.totals_lane.load(Relaxed) != lane;
+        if other_lane && interval < newest && newest - interval <= u64::from(MAX_LANES) {
+            return false;
+        }
+        self.totals_from.store(interval, Relaxed);
+        self.totals_lane.store(lane, Relaxed);
+        true
+    }
+
+    /// When the partition's totals go stale, while one is known.
+    pub(crate) fn stale_at(&self) -> Option<Duration> {
+        instant(self.stale_at.load(Relaxed))
+    }
+
+    /// Notes a refresh at `now` that keeps the totals fresh until `fresh_until`; returns when
+    /// the totals went stale before it, if they did.
+    pub(crate) fn refreshed(&self, now: Duration, fresh_until: Duration) -> Option<Duration> {
+        self.refreshed_at.store(nanos(now), Relaxed);
+        self.stale_at.store(nanos(fresh_until), Relaxed);
+        instant(self.went_stale_at.swap(NONE, Relaxed))
+    }
+
+    /// Takes the time the totals go stale, if it is set and not after `at`: whoever takes it
+    /// makes them stale.
+    pub(crate) fn take_stale_at(&self, at: Duration) -> bool {
+        let stale_at = self.stale_at.load(Relaxed);
+        stale_at != NONE
+            && stale_at <= nanos(at)
+            && self
+                .stale_at
+                .compare_exchange(stale_at, NONE, Relaxed, Relaxed)
+                .is_ok()
+    }
+
+    /// Notes that the totals went stale at `now`; returns when they were last refreshed.
+    pub(crate) fn went_stale(&self, now: Duration) -> Duration {
+        self.went_stale_at.store(nanos(now), Relaxed);
+        Duration::from_nanos(self.refreshed_at.load(Relaxed))
+    }
+}
+
+/// What a lane starts from: the first lane's aim and round trip, so that its first flush is
+/// aimed as well as the first lane's next, and waited for as long, rather than learn the
+/// store's clock from a wrong-interval reply and its round trip from a copy sent again.
+#[derive(Clone, Debug)]
+pub(crate) struct Start {
+    pub(crate) aim: Aim,
+    pub(crate) round_trip: RoundTrip,
+}
+
+/// How the first lane decides how many lanes flush, after each of its flushes.
+///
+/// A store far away answers as late whatever is asked of it, while a queue behind other
+/// counters answers later the more is asked: opened on one, lanes would only lengthen it. The
+/// two look alike until lanes open, so the round trip they opened at is kept, and if it grows
+/// by more than a quarter interval while they are open they close, and stay closed for a
+/// while: [`FIRST_HOLD`] of the first lane's flushes, twice as many each time after, up to
+/// [`MAX_HOLD`].
+#[derive(Debug)]
+pub(crate) struct Opener {
+    /// The round trip the lanes opened at, while more than one is open.
+    opened_at: Option<Duration>,
+    /// How many more of the first lane's flushes the lanes stay closed for.
+    hold: u32,
+    /// How long the next hold is.
+    next_hold: u32,
+}
+
+/// How many of the first lane's flushes lanes stay closed for, the first time they close
+/// after the round trip grew.
+const FIRST_HOLD: u32 = 8;
+
+/// The longest hold, in the first lane's flushes.
+const MAX_HOLD: u32 = 128;
+
+impl Default for Opener {
+    fn default() -> Self {
+        Self {
+            opened_at: None,
+            hold: 0,
+            next_hold: FIRST_HOLD,
+        }
+    }
+}
+
+impl Opener {
+    /// Decides how many lanes flush after one of the first lane's flushes: more when its
+    /// `round_trip` grows, fewer when it shrinks by well more than the margin each lane leaves
+    /// (so that a round trip near a step does not open and close a lane from one reply to the
+    /// next), and one while there is no round trip to go by (`None`: it is unsteady, or a
+    /// queue's), or while a hold lasts. A lane opened starts from `start`.
+    pub(crate) fn decide(
+        &mut self,
+        lanes: &Lanes,
+        round_trip: Option<Duration>,
+        interval: Duration,
+        start: impl FnOnce() -> Start,
+    ) {
+        if self.hold > 0 {
+            self.hold -= 1;
+            return;
+        }
+        let open = lanes.wanted();
+        let wanted = match (round_trip, self.opened_at) {
+            (Some(round_trip), Some(opened_at)) if round_trip > opened_at + interval / 4 => {
+                // The round trip grew with lanes open: a queue, perhaps theirs.
+                self.hold = self.next_hold;
+                self.next_hold = (self.next_hold * 2).min(MAX_HOLD);
+                1
+            }
+            (Some(round_trip), _) => {
+                let wanted = needed(round_trip, interval);
+                if wanted >= open || needed(round_trip + interval / 8, interval) < open {
+                    wanted
+                } else {
+                    open
+                }
+            }
+            (None, _) => 1,
+        };
+        if wanted == 1 {
+            self.opened_at = None;
+        } else if self.opened_at.is_none() {
+            self.opened_at = round_trip;
+        }
+        lanes.set(wanted, start);
+    }
+}
+
+/// How many lanes a round trip needs: one while it is at most an interval; above, enough that
+/// each lane's turn comes a quarter interval or more after its last flush's reply.
+fn needed(round_trip: Duration, interval: Duration) -> u32 {
+    if round_trip <= interval {
+        return 1;
+    }
+    let span = round_trip + interval / 4;
+    let lanes = span.as_nanos().div_ceil(interval.as_nanos().max(1));
+    u32::try_from(lanes)
+        .unwrap_or(MAX_LANES)
+        .clamp(2, MAX_LANES)
+}
+
+/// The first interval from `from` on that is lane `lane`'s turn, of `lanes`.
+pub(crate) fn turn(from: u64, lane: u32, lanes: u32) -> u64 {
+    let lanes = u64::from(lanes.max(1));
+    let behind = (u64::from(lane) + lanes - from % lanes) % lanes;
+    from.saturating_add(behind)
+}
+
+/// The participant id lane `lane` flushes under: the participant's own for lane 0, and for
+/// the others one derived from it, the same in every run, so that a participant restarted
+/// under a fixed id meets its lanes' fences as it meets its own.
+pub(crate) fn participant(id: ParticipantId, lane: u32) -> ParticipantId {
+    if lane == 0 {
+        return id;
+    }
+    // SplitMix64's finaliser: as likely to meet another participant's id as a random draw.
+    let mut z = id
+        .as_u64()
+        .wrapping_add(u64::from(lane).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ParticipantId::from_u64(z ^ (z >> 31))
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(NONE - 1)
+}
+
+fn instant(nanos: u64) -> Option<Duration> {
+    (nanos != NONE).then(|| Duration::from_nanos(nanos))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const I: Duration = Duration::from_millis(100);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn start() -> Start {
+        Start {
+            aim: Aim::new(100),
+            round_trip: RoundTrip::new(I),
+        }
+    }
+
+    #[test]
+    fn one_lane_within_an_interval_and_enough_for_a_quarter_interval_to_spare_above() {
+        assert_eq!(needed(ms(0), I), 1);
+        assert_eq!(needed(ms(100), I), 1);
+        assert_eq!(needed(ms(101), I), 2);
+        assert_eq!(needed(ms(150), I), 2);
+        assert_eq!(needed(ms(175), I), 2);
+        assert_eq!(needed(ms(176), I), 3);
+        assert_eq!(needed(ms(200), I), 3);
+        assert_eq!(needed(ms(300), I), 4);
+        assert_eq!(needed(ms(10_000), I), MAX_LANES);
+    }
+
+    #[test]
+    fn each_lane_takes_the_intervals_of_its_turn() {
+        assert_eq!(turn(10, 0, 1), 10);
+        assert_eq!(turn(10, 0, 2), 10);
+        assert_eq!(turn(10, 1, 2), 11);
+        assert_eq!(turn(11, 0, 2), 12);
+        assert_eq!(turn(11, 2, 3), 11);
+        assert_eq!(turn(12, 2, 3), 14);
+        let turns: Vec<u64> = (0..4).map(|lane| turn(21, lane, 4)).collect();
+        assert_eq!(turns, [24, 21, 22, 23]);
+    }
+
+    #[test]
+    fn every_lane_after_the_first_has_an_id_of_its_own_the_same_in_every_run() {
+        let id = ParticipantId::from_u64(7);
+        assert_eq!(participant(id, 0), id);
+        let ids: Vec<ParticipantId> = (0..MAX_LANES).map(|lane| participant(id, lane)).collect();
+        for (i, a) in ids.iter().enumerate() {
+            for b in &ids[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(
+            participant(id, 2),
+            participant(ParticipantId::from_u64(7), 2)
+        );
+        // Neighbouring ids, as fixed ids often are, do not meet each other's lanes.
+        assert_ne!(
+            participant(ParticipantId::from_u64(8), 1),
+            participant(id, 2)
+        );
+        assert_ne!(
+            participant(ParticipantId::from_u64(8), 1),
+            ParticipantId::from_u64(9)
+        );
+    }
+
+    #[test]
+    fn lanes_open_with_the_round_trip_and_close_with_a_margin() {
+        let lanes = Lanes::default();
+        let mut opener = Opener::default();
+        opener.decide(&lanes, Some(ms(80)), I, start);
+        assert_eq!(lanes.wanted(), 1);
+        opener.decide(&lanes, Some(ms(150)), I, start);
+        assert_eq!(lanes.wanted(), 2);
+        assert!(
+            lanes.start().is_some(),
+            "a lane opened with nothing to start from"
+        );
+        // Just under the step back to one: kept.
+        opener.decide(&lanes, Some(ms(95)), I, start);
+        assert_eq!(lanes.wanted(), 2);
+        opener.decide(&lanes, Some(ms(80)), I, start);
+        assert_eq!(lanes.wanted(), 1);
+        // Unsteady, or a queue's: one.
+        opener.decide(&lanes, Some(ms(150)), I, start);
+        opener.decide(&lanes, None, I, start);
+        assert_eq!(lanes.wanted(), 1);
+    }
+
+    #[test]
+    fn a_round_trip_that_grows_with_lanes_open_closes_them_for_a_hold_that_doubles() {
+        let lanes = Lanes::default();
+        let mut opener = Opener::default();
+        let mut held_for = Vec::new();
+        for _ in 0..3 {
+            opener.decide(&lanes, Some(ms(150)), I, start);
+            assert_eq!(lanes.wanted(), 2);
+            // The queue the lanes made: the round trip grows past the quarter interval.
+            opener.decide(&lanes, Some(ms(180)), I, start);
+            assert_eq!(lanes.wanted(), 1);
+            let mut held = 0;
+            loop {
+                opener.decide(&lanes, Some(ms(150)), I, start);
+                if lanes.wanted() > 1 {
+                    break;
+                }
+                held += 1;
+            }
+            held_for.push(held);
+            // Back at the round trip they opened at: they stay open.
+            opener.decide(&lanes, Some(ms(160)), I, start);
+            assert_eq!(lanes.wanted(), 2);
+            opener.decide(&lanes, Some(ms(80)), I, start);
+        }
+        assert_eq!(held_for, [FIRST_HOLD, FIRST_HOLD * 2, FIRST_HOLD * 4]);
+    }
+
+    #[test]
+    fn a_later_reply_of_another_lane_keeps_its_newer_totals() {
+        let lanes = Lanes::default();
+        assert!(lanes.newest_totals(10, 0));
+        assert!(lanes.newest_totals(11, 1));
+        // Lane 0's reply from interval 10 comes after lane 1's from 11: older totals.
+        assert!(!lanes.newest_totals(10, 0));
+        assert!(lanes.newest_totals(12, 0));
+        // A lane's own replies are taken as they come.
+        assert!(lanes.newest_totals(11, 0));
+        // A clock gone back far: taken, and the later ones follow from it.
+        assert!(lanes.newest_totals(3, 1));
+        assert!(lanes.newest_totals(4, 0));
+    }
+
+    #[test]
+    fn a_refresh_by_any_lane_keeps_the_totals_fresh_and_reports_the_end_of_a_stale_spell() {
+        let lanes = Lanes::default();
+        assert_eq!(lanes.stale_at(), None);
+        assert_eq!(lanes.refreshed(ms(100), ms(400)), None);
+        assert!(!lanes.take_stale_at(ms(399)));
+        // Another lane's refresh moves it on.
+        assert_eq!(lanes.refreshed(ms(200), ms(500)), None);
+        assert!(!lanes.take_stale_at(ms(450)));
+        assert!(lanes.take_stale_at(ms(500)));
+        assert!(!lanes.take_stale_at(ms(500)), "the totals went stale twice");
+        assert_eq!(lanes.went_stale(ms(500)), ms(200));
+        assert_eq!(lanes.refreshed(ms(700), ms(1000)), Some(ms(500)));
+        assert_eq!(lanes.refreshed(ms(800), ms(1100)), None);
+    }
+}
