@@ -192,7 +192,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             first_seq,
             alarm,
         } = tick;
-        let participant = lanes::participant(*participant, lane);
+        let participant = participant.lane(lane);
         let (aim, round_trip) = match lanes.start().filter(|_| lane > 0) {
             Some(Start { aim, round_trip }) => (aim, round_trip),
             None => (

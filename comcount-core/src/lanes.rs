@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use crate::aim::Aim;
 use crate::round_trip::RoundTrip;
-use crate::store::ParticipantId;
 
 /// The most lanes a partition flushes through: enough for a round trip of three and a half
 /// intervals.
@@ -246,22 +245,6 @@ pub(crate) fn turn(from: u64, lane: u32, lanes: u32) -> u64 {
     from.saturating_add(behind)
 }
 
-/// The participant id lane `lane` flushes under: the participant's own for lane 0, and for
-/// the others one derived from it, the same in every run, so that a participant restarted
-/// under a fixed id meets its lanes' fences as it meets its own.
-pub(crate) fn participant(id: ParticipantId, lane: u32) -> ParticipantId {
-    if lane == 0 {
-        return id;
-    }
-    // SplitMix64's finaliser: as likely to meet another participant's id as a random draw.
-    let mut z = id
-        .as_u64()
-        .wrapping_add(u64::from(lane).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    ParticipantId::from_u64(z ^ (z >> 31))
-}
-
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(NONE - 1)
 }
@@ -313,28 +296,21 @@ mod tests {
     }
 
     #[test]
-    fn every_lane_after_the_first_has_an_id_of_its_own_the_same_in_every_run() {
+    fn every_lane_after_the_first_has_an_id_of_its_own() {
+        use crate::store::ParticipantId;
         let id = ParticipantId::from_u64(7);
-        assert_eq!(participant(id, 0), id);
-        let ids: Vec<ParticipantId> = (0..MAX_LANES).map(|lane| participant(id, lane)).collect();
+        let ids: Vec<ParticipantId> = (0..MAX_LANES).map(|lane| id.lane(lane)).collect();
         for (i, a) in ids.iter().enumerate() {
             for b in &ids[i + 1..] {
                 assert_ne!(a, b);
             }
         }
-        assert_eq!(
-            participant(id, 2),
-            participant(ParticipantId::from_u64(7), 2)
-        );
         // Neighbouring ids, as fixed ids often are, do not meet each other's lanes.
-        assert_ne!(
-            participant(ParticipantId::from_u64(8), 1),
-            participant(id, 2)
-        );
-        assert_ne!(
-            participant(ParticipantId::from_u64(8), 1),
-            ParticipantId::from_u64(9)
-        );
+        let neighbour = ParticipantId::from_u64(8);
+        for lane in 1..MAX_LANES {
+            assert!(!ids.contains(&neighbour.lane(lane)));
+            assert_ne!(id.lane(lane), ParticipantId::from_u64(7 + u64::from(lane)));
+        }
     }
 
     #[test]
