@@ -7,11 +7,12 @@
 
 mod common;
 
+use std::collections::HashSet;
 use std::time::Duration;
 
-use comcount_core::clock::VirtualClock;
+use comcount_core::clock::{Clock, VirtualClock};
 use comcount_core::diagnostics::Recorder;
-use comcount_core::{Counter, ParticipantId};
+use comcount_core::{Counter, Outcome, ParticipantId};
 use common::runtime::run_virtual_until;
 use common::scripted::{Action, ScriptedStore};
 use futures::executor::LocalPool;
@@ -140,6 +141,97 @@ fn closing_with_flushes_in_the_air_on_several_lanes_accounts_for_every_unit() {
         "completed {completed}, buffered {}, unsettled {unsettled}, dropped {dropped}",
         counter.buffered()
     );
+}
+
+/// A participant alone whose store is two intervals away, then close by again: its lanes
+/// close, and it flushes once an interval under its own id, as before they opened.
+#[test]
+fn lanes_close_once_the_store_is_close_again() {
+    let clock = VirtualClock::new();
+    let store = ScriptedStore::new(clock.clone());
+    store.then((0..10_000).map(|_| Action::Delay(INTERVAL * 2)));
+    let mut pool = LocalPool::new();
+    let (counter, worker) = Counter::builder("back", INTERVAL)
+        .participant(ParticipantId::from_u64(5))
+        .build(store.clone(), clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    let mut n = 0;
+    let mut run_for = |intervals: u32| {
+        for _ in 0..intervals * 10 {
+            n += 1;
+            counter.increment(1);
+            run_virtual_until(&mut pool, &clock, INTERVAL / 10 * n);
+        }
+    };
+    run_for(50);
+    let far: HashSet<_> = store.requests().iter().map(|r| r.participant).collect();
+    assert!(far.len() >= 3, "two intervals away, flushed under {far:?}");
+    // Each lane opened with the first lane's aim: none sent a first copy aimed at interval 0,
+    // as a flush loop does before it learns the store's clock.
+    let unaimed: Vec<_> = store
+        .requests()
+        .into_iter()
+        .filter(|r| r.participant != ParticipantId::from_u64(5) && r.expect == 0)
+        .collect();
+    assert!(unaimed.is_empty(), "{unaimed:?}");
+    store.clear();
+    run_for(20);
+    let before = store.requests().len();
+    run_for(20);
+    let last: Vec<_> = store.requests()[before..]
+        .iter()
+        .map(|r| r.participant)
+        .collect();
+    assert!(
+        last.iter().all(|id| *id == ParticipantId::from_u64(5)),
+        "close by again, still flushed under {last:?}"
+    );
+    assert!(
+        (18..=22).contains(&last.len()),
+        "{} flushes in 20 intervals",
+        last.len()
+    );
+    assert!(counter.group_total().is_some());
+}
+
+/// A participant alone, whose store applies each flush as it comes and answers one and a half
+/// intervals later. One reply is held back until after the next lane's, which brings the
+/// newer total: the older one that comes after it is not taken. Whenever a total is known, it
+/// is the one the newest reply so far brought.
+#[test]
+fn a_lanes_reply_that_comes_after_a_newer_one_leaves_the_newer_total() {
+    let clock = VirtualClock::new();
+    let store = ScriptedStore::new(clock.clone());
+    let far = || Action::ReplyAfter(INTERVAL * 3 / 2);
+    // Lanes open by the tenth flush or so; the twenty-sixth is the one held back.
+    store.then((0..25).map(|_| far()));
+    store.then([Action::ReplyAfter(INTERVAL * 27 / 10)]);
+    store.then((0..10_000).map(|_| far()));
+    let mut pool = LocalPool::new();
+    let (counter, worker) = Counter::builder("late", INTERVAL)
+        .participant(ParticipantId::from_u64(3))
+        .build(store.clone(), clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    let mut checked = 0;
+    for n in 1..=500u32 {
+        counter.increment(u64::from(n));
+        run_virtual_until(&mut pool, &clock, INTERVAL / 10 * n);
+        let newest = store
+            .late_replies_by(clock.now())
+            .into_iter()
+            .filter(|reply| reply.outcome != Outcome::WrongInterval)
+            .max_by_key(|reply| reply.interval)
+            .and_then(|reply| reply.previous_totals.first().copied().flatten());
+        if let Some(total) = counter.group_total() {
+            assert_eq!(Some(total), newest, "at tick {n}");
+            checked += 1;
+        }
+    }
+    let lanes: HashSet<_> = store.requests().iter().map(|r| r.participant).collect();
+    assert!(lanes.len() >= 2, "flushed under {lanes:?} alone");
+    assert!(checked > 300, "a total was known at {checked} ticks");
 }
 
 /// Runs a fleet of participants `first_id + 1 ..` at a round trip of one and a half intervals,

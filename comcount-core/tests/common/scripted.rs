@@ -10,6 +10,7 @@ use std::time::Duration;
 use comcount_core::clock::Timer;
 use comcount_core::diagnostics::Reporter;
 use comcount_core::{FlushReply, FlushRequest, MemoryStore, Store, StoreError};
+use futures::FutureExt;
 
 /// What the store does with one flush.
 pub enum Action {
@@ -23,6 +24,9 @@ pub enum Action {
     Hang,
     /// Passes it to the memory store after this long, and answers then.
     Delay(Duration),
+    /// Passes it to the memory store at once, and answers after this long: a store whose way
+    /// back is long.
+    ReplyAfter(Duration),
 }
 
 #[derive(Clone)]
@@ -33,6 +37,8 @@ pub struct ScriptedStore<C> {
     script: Arc<Mutex<VecDeque<Action>>>,
     calls: Arc<AtomicUsize>,
     requests: Arc<Mutex<Vec<FlushRequest>>>,
+    /// The replies to [`Action::ReplyAfter`], each with when it is delivered.
+    late_replies: Arc<Mutex<Vec<(Duration, FlushReply)>>>,
 }
 
 impl<C: Timer> ScriptedStore<C> {
@@ -44,6 +50,7 @@ impl<C: Timer> ScriptedStore<C> {
             script: Arc::default(),
             calls: Arc::default(),
             requests: Arc::default(),
+            late_replies: Arc::default(),
         }
     }
 
@@ -69,6 +76,16 @@ impl<C: Timer> ScriptedStore<C> {
 
     pub fn requests(&self) -> Vec<FlushRequest> {
         self.requests.lock().unwrap().clone()
+    }
+
+    /// The replies to [`Action::ReplyAfter`] delivered by `now`.
+    pub fn late_replies_by(&self, now: Duration) -> Vec<FlushReply> {
+        let replies = self.late_replies.lock().unwrap();
+        replies
+            .iter()
+            .filter(|(at, _)| *at <= now)
+            .map(|(_, reply)| reply.clone())
+            .collect()
     }
 }
 
@@ -109,6 +126,22 @@ impl<C: Timer> Store for ScriptedStore<C> {
                 Box::pin(async move {
                     sleep.await;
                     memory.flush(&request, &report).await
+                })
+            }
+            Action::ReplyAfter(by) => {
+                let reply = self
+                    .memory
+                    .flush(request, report)
+                    .now_or_never()
+                    .expect("the memory store answers at once");
+                if let Ok(reply) = &reply {
+                    let at = self.clock.now() + by;
+                    self.late_replies.lock().unwrap().push((at, reply.clone()));
+                }
+                let sleep = self.clock.sleep(by);
+                Box::pin(async move {
+                    sleep.await;
+                    reply
                 })
             }
         };
