@@ -1,5 +1,5 @@
-//! The flush loop: one flush at a time, each settled before the next, and the pause between
-//! them.
+//! The flush loop of one lane ([`lanes`](crate::lanes)): one flush at a time, each settled
+//! before the next, and the pause between them.
 //!
 //! A flush keeps its sequence number and its amount from its first copy to its settling, so
 //! that every copy of it ever sent, by this loop or by a client replaying it, is the same flush

@@ -1,10 +1,12 @@
 //! The contract between a counter and the place its flushes go.
 //!
-//! A [`Store`] runs one flush at a time for a counter, as laid down by the flush protocol: it adds
-//! the amount to the running total of the interval the store's own clock is in, at most once per
-//! participant and interval, provided that interval is within the flush's reach of the one it
-//! expects, and answers with the total of the interval before. Every check comes before the
-//! first write, so a refused flush leaves the store as it was.
+//! A [`Store`] runs a counter's flushes, one at a time for each participant id (a counter whose
+//! store is farther away than an interval flushes through up to four lanes, each under an id of
+//! its own: [`ParticipantId::lane`]), as laid down by the flush protocol: it adds the amount to
+//! the running total of the interval the store's own clock is in, at most once per participant
+//! and interval, provided that interval is within the flush's reach of the one it expects, and
+//! answers with the total of the interval before. Every check comes before the first write, so
+//! a refused flush leaves the store as it was.
 
 use std::borrow::Cow;
 use std::fmt;
