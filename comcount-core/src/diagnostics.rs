@@ -9,6 +9,7 @@
 //! | warn | `store caveat` | `counter`, `store`, `caveat` |
 //! | info | `round trip normal` | `counter`, `round_trip` (ms), `interval` (ms) |
 //! | info | `total fresh again` | `counter`, `stale_for` (ms) |
+//! | info | `flush lanes changed` | `counter`, `lanes`, `round_trip` (ms), `interval` (ms) |
 //! | info | `counter started` | `counter`, `interval` (ms), `prefix`, `store` |
 //! | info | `counter stopped` | `counter` |
 //! | debug | `flush completed` | `counter`, `interval` (number), `amount`, `keys`, `count` |
@@ -165,6 +166,17 @@ pub enum Event<'a> {
         /// The interval length.
         interval: Duration,
     },
+    /// The counter now flushes through `lanes` lanes: more than one while its store is farther
+    /// away than an interval and the round trip is steady (the README's "How a flush
+    /// settles"), one again once it is not, or when the round trip grew with lanes open.
+    FlushLanesChanged {
+        /// How many lanes flush from now on.
+        lanes: u32,
+        /// The round trip the first lane planned with.
+        round_trip: Duration,
+        /// The interval length.
+        interval: Duration,
+    },
     /// The group's total was not refreshed for two intervals and is no longer used.
     TotalWentStale {
         /// How long since it was last refreshed.
@@ -283,7 +295,8 @@ impl Event<'_> {
             | Event::StoreCaveat { .. } => Level::Warn,
             Event::CounterStarted { .. }
             | Event::CounterStopped
-            | Event::RoundTripNormal { .. } => Level::Info,
+            | Event::RoundTripNormal { .. }
+            | Event::FlushLanesChanged { .. } => Level::Info,
             Event::FlushCompleted { .. } | Event::ScriptLoaded { .. } => Level::Debug,
             Event::TotalFreshAgain { .. } => Level::Info,
             Event::CopyResent { .. } => Level::Debug,
@@ -303,6 +316,7 @@ impl Event<'_> {
             Event::TotalWentStale { .. } => "total went stale",
             Event::RoundTripSlow { .. } => "round trip slow",
             Event::RoundTripNormal { .. } => "round trip normal",
+            Event::FlushLanesChanged { .. } => "flush lanes changed",
             Event::ScriptLoaded { .. } => "script loaded",
             Event::TotalFreshAgain { .. } => "total fresh again",
             Event::CopyResent { .. } => "copy resent",
@@ -362,6 +376,15 @@ impl Event<'_> {
                 round_trip,
                 interval,
             } => {
+                f("round_trip", ms(round_trip));
+                f("interval", ms(interval));
+            }
+            Event::FlushLanesChanged {
+                lanes,
+                round_trip,
+                interval,
+            } => {
+                f("lanes", Value::U64(u64::from(*lanes)));
                 f("round_trip", ms(round_trip));
                 f("interval", ms(interval));
             }

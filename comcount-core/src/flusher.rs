@@ -423,10 +423,19 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 .is_some_and(|spread| spread <= interval / 4)
         });
         let (aim, round_trip) = (&self.aim, &self.round_trip);
+        let before = self.lanes.wanted();
         self.opener.decide(&self.lanes, path, interval, || Start {
             aim: aim.clone(),
             round_trip: round_trip.clone(),
         });
+        let lanes = self.lanes.wanted();
+        if lanes != before {
+            self.report.emit(Event::FlushLanesChanged {
+                lanes,
+                round_trip: path.or(self.round_trip.smoothed()).unwrap_or_default(),
+                interval,
+            });
+        }
     }
 
     /// Tells the slow-store alarm when this partition's oldest copy still unanswered was sent

@@ -151,8 +151,10 @@ fn lanes_close_once_the_store_is_close_again() {
     let store = ScriptedStore::new(clock.clone());
     store.then((0..10_000).map(|_| Action::Delay(INTERVAL * 2)));
     let mut pool = LocalPool::new();
+    let events = Recorder::new();
     let (counter, worker) = Counter::builder("back", INTERVAL)
         .participant(ParticipantId::from_u64(5))
+        .diagnostics(events.clone())
         .build(store.clone(), clock.clone())
         .unwrap();
     pool.spawner().spawn_local(worker).unwrap();
@@ -193,6 +195,15 @@ fn lanes_close_once_the_store_is_close_again() {
         last.len()
     );
     assert!(counter.group_total().is_some());
+    // Said each time the lanes changed: three for a store two intervals away, one at the end.
+    let changes: Vec<u64> = events
+        .with_message("flush lanes changed")
+        .iter()
+        .map(|r| r.attribute("lanes").unwrap().parse().unwrap())
+        .collect();
+    assert!(changes.contains(&3), "{changes:?}");
+    assert_eq!(changes.last(), Some(&1), "{changes:?}");
+    assert!(changes.windows(2).all(|w| w[0] != w[1]), "{changes:?}");
 }
 
 /// A participant alone, whose store applies each flush as it comes and answers one and a half

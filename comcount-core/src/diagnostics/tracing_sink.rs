@@ -41,6 +41,7 @@ struct Fields<'a> {
     round_trip: Option<u64>,
     stale_for: Option<u64>,
     copy: Option<u64>,
+    lanes: Option<u64>,
     prefix: Option<&'a str>,
     store: Option<&'a str>,
     key: Option<&'a str>,
@@ -72,6 +73,7 @@ impl<'a> Fields<'a> {
             "round_trip" => &mut self.round_trip,
             "stale_for" => &mut self.stale_for,
             "copy" => &mut self.copy,
+            "lanes" => &mut self.lanes,
             _ => return self.take_other(name, value),
         };
         match value {
@@ -129,6 +131,7 @@ macro_rules! event_at {
             round_trip = f.round_trip,
             stale_for = f.stale_for,
             copy = f.copy,
+            lanes = f.lanes,
             prefix = f.prefix,
             store = f.store,
             key = f.key,
@@ -370,6 +373,11 @@ mod tests {
             },
             Event::TotalWentStale {
                 after: Duration::from_secs(2),
+            },
+            Event::FlushLanesChanged {
+                lanes: 3,
+                round_trip: Duration::from_millis(2100),
+                interval: Duration::from_secs(1),
             },
             Event::ScriptLoaded { sha: "abc" },
             Event::TotalFreshAgain {
