@@ -97,13 +97,7 @@ fn closing_with_flushes_in_the_air_on_several_lanes_accounts_for_every_unit() {
     let store = ScriptedStore::new(clock.clone());
     store.then((0..10_000).map(|_| Action::Delay(INTERVAL * 2)));
     let mut pool = LocalPool::new();
-    let events = Recorder::new();
-    let (counter, worker) = Counter::builder("lanes", INTERVAL)
-        .participant(ParticipantId::from_u64(7))
-        .diagnostics(events.clone())
-        .build(store.clone(), clock.clone())
-        .unwrap();
-    pool.spawner().spawn_local(worker).unwrap();
+    let (counter, events) = lone("lanes", 7, &store, &clock, &pool);
     let mut incremented = 0;
     for n in 1..=400 {
         counter.increment(n);
@@ -151,13 +145,7 @@ fn lanes_close_once_the_store_is_close_again() {
     let store = ScriptedStore::new(clock.clone());
     store.then((0..10_000).map(|_| Action::Delay(INTERVAL * 2)));
     let mut pool = LocalPool::new();
-    let events = Recorder::new();
-    let (counter, worker) = Counter::builder("back", INTERVAL)
-        .participant(ParticipantId::from_u64(5))
-        .diagnostics(events.clone())
-        .build(store.clone(), clock.clone())
-        .unwrap();
-    pool.spawner().spawn_local(worker).unwrap();
+    let (counter, events) = lone("back", 5, &store, &clock, &pool);
     let mut n = 0;
     let mut run_for = |intervals: u32| {
         for _ in 0..intervals * 10 {
@@ -220,11 +208,7 @@ fn a_lanes_reply_that_comes_after_a_newer_one_leaves_the_newer_total() {
     store.then([Action::ReplyAfter(INTERVAL * 27 / 10)]);
     store.then((0..10_000).map(|_| far()));
     let mut pool = LocalPool::new();
-    let (counter, worker) = Counter::builder("late", INTERVAL)
-        .participant(ParticipantId::from_u64(3))
-        .build(store.clone(), clock.clone())
-        .unwrap();
-    pool.spawner().spawn_local(worker).unwrap();
+    let (counter, _) = lone("late", 3, &store, &clock, &pool);
     let mut checked = 0;
     for n in 1..=500u32 {
         counter.increment(u64::from(n));
@@ -243,6 +227,25 @@ fn a_lanes_reply_that_comes_after_a_newer_one_leaves_the_newer_total() {
     let lanes: HashSet<_> = store.requests().iter().map(|r| r.participant).collect();
     assert!(lanes.len() >= 2, "flushed under {lanes:?} alone");
     assert!(checked > 300, "a total was known at {checked} ticks");
+}
+
+/// A counter named `name` under participant `id` on `store`, its worker on `pool`, with the
+/// events it reports.
+fn lone(
+    name: &str,
+    id: u64,
+    store: &ScriptedStore<VirtualClock>,
+    clock: &VirtualClock,
+    pool: &LocalPool,
+) -> (Counter, Recorder) {
+    let events = Recorder::new();
+    let (counter, worker) = Counter::builder(name, INTERVAL)
+        .participant(ParticipantId::from_u64(id))
+        .diagnostics(events.clone())
+        .build(store.clone(), clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    (counter, events)
 }
 
 /// Runs a fleet of participants `first_id + 1 ..` at a round trip of one and a half intervals,
