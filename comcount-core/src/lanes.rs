@@ -183,10 +183,10 @@ impl Default for Opener {
 
 impl Opener {
     /// Decides how many lanes flush after one of the first lane's flushes: more when its
-    /// `round_trip` grows, fewer when it shrinks by well more than the margin each lane leaves
-    /// (so that a round trip near a step does not open and close a lane from one reply to the
-    /// next), and one while there is no round trip to go by (`None`: it is unsteady, or a
-    /// queue's), or while a hold lasts. A lane opened starts from `start`.
+    /// `round_trip` grows, fewer once it is an eighth of an interval below the step where
+    /// fewer would do (so that a round trip near a step does not open and close a lane from
+    /// one reply to the next), and one while there is no round trip to go by (`None`: it is
+    /// unsteady, or a queue's), or while a hold lasts. A lane opened starts from `start`.
     pub(crate) fn decide(
         &mut self,
         lanes: &Lanes,
