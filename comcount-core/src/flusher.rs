@@ -288,7 +288,8 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                     // together add one flush an interval.
                     let lands = self.aim.expected_interval(now + delay);
                     let turn = lanes::turn(lands, self.lane, lanes);
-                    let later = u32::try_from(turn - lands).unwrap_or(u32::MAX);
+                    // Fewer than `lanes` intervals later.
+                    let later = u32::try_from(turn - lands).unwrap_or(0);
                     return delay + self.settings.interval * later;
                 }
                 let (skipping, rest) = match settled {
