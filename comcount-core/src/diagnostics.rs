@@ -115,8 +115,10 @@ pub enum Event<'a> {
         /// What is wrong, and what to do about it.
         caveat: &'a str,
     },
-    /// The background task ended, after [`Counter::close`](crate::Counter::close) or when the
-    /// last handle was dropped.
+    /// The background task ended, however it ended: after
+    /// [`Counter::close`](crate::Counter::close), when the last handle was dropped, or when the
+    /// [`Worker`](crate::Worker) was dropped before it ended (its runtime shut down, or a panic
+    /// unwound through it). Nothing flushes the counter after it.
     CounterStopped,
     /// A flush was counted by the store.
     FlushCompleted {

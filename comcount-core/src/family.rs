@@ -206,7 +206,8 @@ impl Family {
         self.life.0.close();
     }
 
-    /// Whether [`close`](Family::close) was called (or every handle was dropped).
+    /// Whether [`close`](Family::close) was called, every handle was dropped, or the
+    /// [`Worker`](crate::Worker) was dropped: nothing flushes the buffer any more.
     pub fn is_closed(&self) -> bool {
         self.life.0.is_closed()
     }

@@ -27,9 +27,11 @@ use crate::store::{ParticipantId, Store};
 /// or when every handle is dropped, once it has accounted for the flush it had in the air
 /// (without waiting for its reply: it puts the amount back where the store's fence proves it
 /// was not counted, and reports it unsettled otherwise). If it is dropped first (its runtime
-/// shut down, say, or a panic unwound through it), the drop accounts for that flush the same
-/// way. If the diagnostics sink is what panicked, nothing more is reported to it: the amount
-/// is put back where the fence proves it safe, and otherwise goes unreported.
+/// shut down, say, or a panic unwound through it), the drop closes the counter, so that
+/// `is_closed()` tells that nothing flushes it any more, and accounts for that flush the same
+/// way. Either way it ends with `counter stopped`. If the diagnostics sink is what panicked,
+/// nothing more is reported to it: the amount is put back where the fence proves it safe, and
+/// otherwise goes unreported.
 ///
 /// ```no_run
 /// # #[cfg(feature = "tokio")]
@@ -47,11 +49,14 @@ use crate::store::{ParticipantId, Store};
 #[must_use = "a worker does nothing unless spawned or polled"]
 pub struct Worker {
     future: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// Closed when the worker is dropped, whether it ended or not: nothing flushes after.
+    shared: Arc<Shared>,
 }
 
 impl Worker {
     pub(crate) fn new<S: Store, T: Timer>(tick: Tick<S, T>) -> Self {
         Self {
+            shared: Arc::clone(&tick.shared),
             future: Box::pin(tick.run()),
         }
     }
@@ -71,6 +76,16 @@ impl Future for Worker {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         self.future.as_mut().poll(cx)
+    }
+}
+
+impl Drop for Worker {
+    /// A worker dropped before it ended (its runtime shut down, a panic unwound through it, or
+    /// it was never spawned) closes its counter: nothing will flush it again, and
+    /// [`Counter::is_closed`](crate::Counter::is_closed) says so. Its flush in the air is
+    /// accounted for as the future drops, just after.
+    fn drop(&mut self) {
+        self.shared.close();
     }
 }
 
@@ -94,14 +109,21 @@ pub(crate) struct Tick<S, T> {
     pub(crate) alarm: SharedAlarm,
 }
 
-/// Makes the group's totals unknown when the background task ends, however it ends: stopped,
-/// panicking in a store or a diagnostics sink, or dropped with its runtime. Nothing refreshes
-/// them after that.
-struct ForgetTotalsOnExit(Arc<Shared>);
+/// Ends the background task's life however it ends (stopped, panicking in a store or a
+/// diagnostics sink, or dropped with its runtime): the group's totals become unknown, since
+/// nothing refreshes them after, and `counter stopped` is reported, unless the diagnostics
+/// sink is what panicked.
+struct StopOnExit {
+    shared: Arc<Shared>,
+    report: Reporter,
+}
 
-impl Drop for ForgetTotalsOnExit {
+impl Drop for StopOnExit {
     fn drop(&mut self) {
-        self.0.forget_totals();
+        self.shared.forget_totals();
+        if !self.report.sink_panicked() {
+            self.report.emit(Event::CounterStopped);
+        }
     }
 }
 
@@ -117,7 +139,10 @@ impl<S: Store, T: Timer> Tick<S, T> {
             first_seq,
             alarm,
         } = self;
-        let _forget = ForgetTotalsOnExit(Arc::clone(&shared));
+        let _stop = StopOnExit {
+            shared: Arc::clone(&shared),
+            report: report.clone(),
+        };
         report.emit(Event::CounterStarted {
             interval: settings.interval,
             prefix: &settings.prefix,
@@ -153,8 +178,6 @@ impl<S: Store, T: Timer> Tick<S, T> {
                 .collect();
             while loops.next().await.is_some() {}
         }
-        let report = tick.report;
-        report.emit(Event::CounterStopped);
     }
 }
 

@@ -58,19 +58,68 @@ fn closing_as_the_pause_ends_sends_nothing() {
 }
 
 #[test]
-fn dropping_the_worker_forgets_the_total() {
+fn dropping_the_worker_forgets_the_total_and_closes_the_counter() {
     let clock = VirtualClock::new();
     let store = MemoryStore::with_clock(clock.clone());
-    let (counter, mut pool) = spawned("dropped", store, &clock, Recorder::new());
+    let recorder = Recorder::new();
+    let (counter, mut pool) = spawned("dropped", store, &clock, recorder.clone());
     for n in 1..=3 {
         counter.increment(10_000);
         run_virtual_until(&mut pool, &clock, INTERVAL * n);
     }
     assert_eq!(counter.group_total(), Some(10_000));
+    assert!(!counter.is_closed());
     // The runtime goes away with the worker on it.
     drop(pool);
     assert_eq!(counter.group_total(), None);
     assert_eq!(counter.increment(1), 1);
+    assert!(
+        counter.is_closed(),
+        "nothing flushes it, yet it reads as open"
+    );
+    let messages = recorder.messages();
+    assert_eq!(
+        recorder.with_message("counter stopped").len(),
+        1,
+        "{messages:?}"
+    );
+    assert_eq!(messages.last(), Some(&"counter stopped"));
+}
+
+#[test]
+fn a_worker_never_spawned_closes_its_counter_when_dropped() {
+    let clock = VirtualClock::new();
+    let (counter, worker) = Counter::builder("never run", INTERVAL)
+        .build(MemoryStore::with_clock(clock.clone()), clock.clone())
+        .unwrap();
+    counter.increment(2);
+    assert!(!counter.is_closed());
+    drop(worker);
+    assert!(counter.is_closed());
+    assert_eq!(
+        counter.increment(1),
+        3,
+        "the counter stopped counting locally"
+    );
+}
+
+#[test]
+fn a_counter_closed_then_its_worker_run_out_says_stopped_once() {
+    let clock = VirtualClock::new();
+    let store = MemoryStore::with_clock(clock.clone());
+    let recorder = Recorder::new();
+    let (counter, mut pool) = spawned("closed", store, &clock, recorder.clone());
+    counter.increment(1);
+    run_virtual_until(&mut pool, &clock, INTERVAL * 2);
+    counter.close();
+    pool.run_until_stalled();
+    drop(pool);
+    let messages = recorder.messages();
+    assert_eq!(
+        recorder.with_message("counter stopped").len(),
+        1,
+        "{messages:?}"
+    );
 }
 
 /// The one `flush failed` event, with its `dropped` and `unsettled` amounts.
@@ -593,6 +642,10 @@ fn a_worker_that_panics_forgets_the_total() {
         let ended = task.await;
         assert!(ended.unwrap_err().is_panic());
         assert_eq!(counter.group_total(), None);
+        assert!(
+            counter.is_closed(),
+            "a worker that panicked left its counter open"
+        );
     });
 }
 
