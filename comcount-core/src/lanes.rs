@@ -44,6 +44,9 @@ pub(crate) struct Lanes {
     went_stale_at: AtomicU64,
     /// What the first lane knew when it last opened a lane, for the new lane to start from.
     start: Mutex<Option<Box<Start>>>,
+    /// The last sequence number each lane took: a lane opened again goes on from it, as its
+    /// fence in the store still holds it.
+    seqs: [AtomicU64; MAX_LANES as usize],
 }
 
 /// An instant that is not set.
@@ -59,6 +62,7 @@ impl Default for Lanes {
             refreshed_at: AtomicU64::new(0),
             went_stale_at: AtomicU64::new(NONE),
             start: Mutex::new(None),
+            seqs: Default::default(),
         }
     }
 }
@@ -67,6 +71,22 @@ impl Lanes {
     /// How many lanes flush.
     pub(crate) fn wanted(&self) -> u32 {
         self.wanted.load(Relaxed)
+    }
+
+    /// Notes that lane `lane` took the sequence number `seq` for a flush.
+    pub(crate) fn took_seq(&self, lane: u32, seq: u64) {
+        if let Some(last) = self.seqs.get(lane as usize) {
+            last.store(seq, Relaxed);
+        }
+    }
+
+    /// The sequence number lane `lane` goes on from, `first` unless it flushed before: a lane
+    /// that closed and opened again is the same participant to the store, whose fence holds
+    /// the number of its last flush. Started again from `first`, its flushes would come back
+    /// stale, or as duplicates of flushes it made before.
+    pub(crate) fn resume_seq(&self, lane: u32, first: u64) -> u64 {
+        let last = self.seqs.get(lane as usize).map_or(0, |s| s.load(Relaxed));
+        first.max(last)
     }
 
     /// Sets how many lanes flush: `wanted`; a lane opened now starts from `start`.

@@ -296,3 +296,78 @@ fn lanes_under_faults_and_closes_count_every_unit_once() {
         "lanes opened in {with_lanes} of {runs} schedules"
     );
 }
+
+/// A lane that closes and opens again is the same participant to the store, whose fence still
+/// holds the number of its last flush, so it goes on from that number. Started again from the
+/// counter's first number, its flushes came back stale and were reported dropped, or as
+/// duplicates of its earlier flushes and reported completed, although never counted.
+#[test]
+fn a_lane_opened_again_goes_on_from_its_last_sequence_number() {
+    let far = || std::iter::repeat_n(Fault::Delay(ms(150)), 5_000);
+    let mut sim = Sim::new(ms(INTERVAL_MS), far());
+    let id = ParticipantId::from_u64(1);
+    let reports = Reports::default();
+    let (counter, worker) = Counter::builder("reopened", ms(INTERVAL_MS))
+        .participant(id)
+        .diagnostics(reports.clone())
+        .build(sim.store.clone(), sim.clock.clone())
+        .unwrap();
+    sim.pool.spawner().spawn_local(worker).unwrap();
+    let mut incremented = 0;
+    let mut run = |sim: &mut Sim, intervals: u64| {
+        for _ in 0..intervals * 2 {
+            counter.increment(3);
+            incremented += 3;
+            sim.run_for(ms(INTERVAL_MS / 2));
+        }
+    };
+    let lane_1 = id.lane(1);
+    let applied_by_lane_1 = |sim: &Sim| {
+        sim.store
+            .applications()
+            .iter()
+            .filter(|app| app.request.participant == lane_1)
+            .filter(|app| {
+                app.reply
+                    .as_ref()
+                    .is_ok_and(|r| r.outcome == Outcome::Applied)
+            })
+            .count()
+    };
+    // Far away: a second lane opens and flushes.
+    run(&mut sim, 40);
+    let before = applied_by_lane_1(&sim);
+    assert!(before > 0, "no second lane opened on a far store");
+    // Close by: the lanes close. Far again, long enough for the quick round trips to be
+    // forgotten (until then the far store looks like a queue): the second lane opens again.
+    sim.store
+        .set_faults(std::iter::repeat_n(Fault::Delay(ms(10)), 1_000));
+    run(&mut sim, 40);
+    let closed = applied_by_lane_1(&sim);
+    sim.store.set_faults(far());
+    run(&mut sim, 500);
+    assert!(
+        applied_by_lane_1(&sim) > closed,
+        "the second lane, opened again, had none of its flushes applied"
+    );
+    sim.settle().unwrap();
+    let reported = reports.0.lock().unwrap();
+    assert_eq!(
+        (reported.dropped, reported.unsettled),
+        (0, 0),
+        "{reported:?}"
+    );
+    let counted: u64 = sim
+        .store
+        .applications()
+        .iter()
+        .filter(|app| {
+            app.reply
+                .as_ref()
+                .is_ok_and(|r| r.outcome == Outcome::Applied)
+        })
+        .map(|app| app.request.amount())
+        .sum();
+    assert_eq!(reported.completed, counted);
+    assert_eq!(reported.completed + counter.buffered(), incremented);
+}
