@@ -95,13 +95,8 @@ impl World {
     fn counted(&self) -> u64 {
         self.sim
             .store
-            .applications()
+            .applied()
             .iter()
-            .filter(|app| {
-                app.reply
-                    .as_ref()
-                    .is_ok_and(|reply| reply.outcome == Outcome::Applied)
-            })
             .map(|app| app.request.amount())
             .sum()
     }

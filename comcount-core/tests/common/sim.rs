@@ -184,6 +184,17 @@ impl SimStore {
         self.lock().applications.clone()
     }
 
+    /// The runs of a flush that were applied.
+    pub fn applied(&self) -> Vec<Application> {
+        let mut applied = self.applications();
+        applied.retain(|app| {
+            app.reply
+                .as_ref()
+                .is_ok_and(|reply| reply.outcome == Outcome::Applied)
+        });
+        applied
+    }
+
     pub fn failures(&self) -> Vec<Failure> {
         self.lock().failures.clone()
     }
