@@ -44,8 +44,8 @@
 //! the store's capacity and the counters' rate without the client taking Redis's CPU (on two
 //! CPUs, the client then has one). A run at the defaults takes about three minutes.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use comcount_core::clock::TokioTimer;
@@ -405,8 +405,24 @@ impl Diagnostics for Tallied {
 struct Counting {
     inner: RedisStore<ConnectionManager>,
     tally: Arc<Tally>,
-    /// The sequence number of the last flush sent: a copy with the same one is a resend.
-    last_seq: AtomicU64,
+    /// The sequence number of the last flush each participant id sent (a counter's lanes have
+    /// ids of their own, and numbers that overlap): a copy with the same one is a resend.
+    last_seq: Mutex<Vec<(u64, u64)>>,
+}
+
+impl Counting {
+    /// Whether the participant's last flush had this one's number: this is a copy sent again.
+    fn sent_before(&self, request: &FlushRequest) -> bool {
+        let participant = request.participant.as_u64();
+        let mut last = self.last_seq.lock().unwrap_or_else(|e| e.into_inner());
+        match last.iter_mut().find(|(id, _)| *id == participant) {
+            Some((_, seq)) => std::mem::replace(seq, request.seq) == request.seq,
+            None => {
+                last.push((participant, request.seq));
+                false
+            }
+        }
+    }
 }
 
 impl Store for Counting {
@@ -424,7 +440,7 @@ impl Store for Counting {
         report: &Reporter,
     ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
         self.tally.copies.fetch_add(1, Ordering::Relaxed);
-        if self.last_seq.swap(request.seq, Ordering::Relaxed) == request.seq {
+        if self.sent_before(request) {
             self.tally.resent.fetch_add(1, Ordering::Relaxed);
         }
         let flush = self.inner.flush(request, report);
@@ -476,7 +492,7 @@ async fn run(
         let store = Counting {
             inner: RedisStore::new(connection.clone()),
             tally: Arc::clone(&tally),
-            last_seq: AtomicU64::new(0),
+            last_seq: Mutex::default(),
         };
         let diagnostics = Tallied {
             index,
