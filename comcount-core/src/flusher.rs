@@ -217,7 +217,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             turns: Turns::new(settings.interval),
             request: Arc::new(
                 FlushRequest::new(settings.space(partition), participant, settings.interval_ms)
-                    .with_seq(lanes.resume_seq(lane, *first_seq))
+                    .with_seq(lanes.resume_seq(*first_seq))
                     .with_fence_ttl_ms(settings.fence_ttl_ms),
             ),
             last_added: None,
@@ -341,8 +341,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             return Some(Settled::NotCounted);
         }
         request.seq += 1;
-        let seq = request.seq;
-        self.lanes.took_seq(self.lane, seq);
+        self.lanes.took_seq(request.seq);
         self.unsettled = true;
         let started = self.timer.now();
         let mut copies: u32 = 0;

@@ -44,9 +44,9 @@ pub(crate) struct Lanes {
     went_stale_at: AtomicU64,
     /// What the first lane knew when it last opened a lane, for the new lane to start from.
     start: Mutex<Option<Box<Start>>>,
-    /// The last sequence number each lane took: a lane opened again goes on from it, as its
-    /// fence in the store still holds it.
-    seqs: [AtomicU64; MAX_LANES as usize],
+    /// The largest sequence number any lane took: a lane opened again goes on from it, past
+    /// the number its own fence in the store still holds.
+    last_seq: AtomicU64,
 }
 
 /// An instant that is not set.
@@ -62,7 +62,7 @@ impl Default for Lanes {
             refreshed_at: AtomicU64::new(0),
             went_stale_at: AtomicU64::new(NONE),
             start: Mutex::new(None),
-            seqs: Default::default(),
+            last_seq: AtomicU64::new(0),
         }
     }
 }
@@ -73,20 +73,18 @@ impl Lanes {
         self.wanted.load(Relaxed)
     }
 
-    /// Notes that lane `lane` took the sequence number `seq` for a flush.
-    pub(crate) fn took_seq(&self, lane: u32, seq: u64) {
-        if let Some(last) = self.seqs.get(lane as usize) {
-            last.store(seq, Relaxed);
-        }
+    /// Notes that a lane took the sequence number `seq` for a flush.
+    pub(crate) fn took_seq(&self, seq: u64) {
+        self.last_seq.fetch_max(seq, Relaxed);
     }
 
-    /// The sequence number lane `lane` goes on from, `first` unless it flushed before: a lane
-    /// that closed and opened again is the same participant to the store, whose fence holds
-    /// the number of its last flush. Started again from `first`, its flushes would come back
-    /// stale, or as duplicates of flushes it made before.
-    pub(crate) fn resume_seq(&self, lane: u32, first: u64) -> u64 {
-        let last = self.seqs.get(lane as usize).map_or(0, |s| s.load(Relaxed));
-        first.max(last)
+    /// The sequence number a lane opened now goes on from, `first` unless a lane flushed
+    /// before: a lane that closed and opened again is the same participant to the store, whose
+    /// fence holds the number of its last flush. Started again from `first`, its flushes would
+    /// come back stale, or as duplicates of flushes it made before. Numbers need only grow per
+    /// lane, so the largest any lane took will do.
+    pub(crate) fn resume_seq(&self, first: u64) -> u64 {
+        first.max(self.last_seq.load(Relaxed))
     }
 
     /// Sets how many lanes flush: `wanted`; a lane opened now starts from `start`.
