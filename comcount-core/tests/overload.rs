@@ -180,7 +180,10 @@ fn simulate(tenants: usize, participants: usize, intervals: u32, warm_up: u32) -
     pool.spawner().spawn_local(store.clone().serve()).unwrap();
     let counters: Vec<(Counter, u64)> = (0..tenants * participants)
         .map(|i| {
-            let participant = ParticipantId::random();
+            // Fixed ids: which intervals each skips and rests is drawn from its id, so a run
+            // repeats exactly.
+            let participant =
+                ParticipantId::from_u64(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1));
             let (counter, worker) = Counter::builder(format!("tenant-{}", i % tenants), INTERVAL)
                 .participant(participant)
                 .diagnostics(Settled(Arc::clone(&settled.0), clock.clone(), participant))
