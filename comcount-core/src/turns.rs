@@ -15,6 +15,12 @@
 //! long queue, and shrinks by one with each reply that brings one; each rest is drawn at
 //! random from its upper half, so that counters that backed off together do not come back
 //! together.
+//!
+//! A store that became farther away for good (a failover to a distant replica) would look like
+//! a queue for as long as the least round trip remembers the path before: two windows, some
+//! 250 intervals at two or three intervals away, in which a lone counter rests, opens no lanes
+//! and knows no total. A run of [`SHIFT_AFTER`] round trips alike, all longer than those
+//! before, is taken for the path's new time instead.
 
 use std::ops::RangeInclusive;
 use std::time::Duration;
@@ -25,7 +31,8 @@ use std::time::Duration;
 pub(crate) const MAX_REST: u32 = 6;
 
 /// How many round trips one window of the least-round-trip estimate spans. The least is kept
-/// over the last two windows, so a path that became slower for good is learnt within two.
+/// over the last two windows, so a path that became slower for good is learnt within two, and
+/// within [`SHIFT_AFTER`] round trips if they are alike.
 const WINDOW: u32 = 32;
 
 /// How many round trips must be seen before their spread is told.
@@ -39,6 +46,11 @@ const HELD_UP: usize = 2;
 /// queue that lets it add to consecutive intervals now and then, it learns enough without,
 /// and a store near its capacity, whose queue is long only now and then, is not left idle.
 const DRY: u32 = 5;
+
+/// How many round trips in a row, within a quarter interval of each other, longer than all
+/// before them but the [`HELD_UP`] longest and more than a quarter interval above the least,
+/// show that the path itself became slower.
+const SHIFT_AFTER: u32 = 8;
 
 #[derive(Debug)]
 pub(crate) struct Turns {
@@ -58,6 +70,18 @@ pub(crate) struct Turns {
     dry: u32,
     /// The last round trip taken.
     last: Duration,
+    /// The last round trips in a row that lie within a quarter interval of each other.
+    run: Run,
+}
+
+/// Round trips in a row that lie within a quarter interval of each other.
+#[derive(Clone, Copy, Debug, Default)]
+struct Run {
+    least: Duration,
+    most: Duration,
+    len: u32,
+    /// The longest round trip seen before the run began, the [`HELD_UP`] longest left out.
+    above: Duration,
 }
 
 impl Turns {
@@ -71,11 +95,13 @@ impl Turns {
             rest: 0,
             dry: 0,
             last: Duration::ZERO,
+            run: Run::default(),
         }
     }
 
     /// Takes the round trip of one answered copy.
     pub(crate) fn observe(&mut self, round_trip: Duration) {
+        let longest_before = self.longest();
         if self.taken == WINDOW {
             self.least = [None, self.least[0]];
             self.most = [[Duration::ZERO; HELD_UP + 1], self.most[0]];
@@ -91,7 +117,50 @@ impl Turns {
                 carried = std::mem::replace(longest, carried);
             }
         }
+        self.follow_run(round_trip, longest_before);
         self.queue = self.queue.max(self.queued(round_trip));
+    }
+
+    /// Extends the run of round trips alike with `round_trip`, or starts a new one above
+    /// `longest_before`. A run long enough, above all that was seen before it (the
+    /// [`HELD_UP`] longest left out), is the path's new time: the store became farther away,
+    /// and what came before says nothing of a queue now. A queue's round trips, which fill and
+    /// drain, seldom stay alike so long, still less above all of its own before.
+    fn follow_run(&mut self, round_trip: Duration, longest_before: Duration) {
+        let run = &mut self.run;
+        let (least, most) = (run.least.min(round_trip), run.most.max(round_trip));
+        if run.len > 0 && most - least <= self.interval / 4 {
+            *run = Run {
+                least,
+                most,
+                len: run.len + 1,
+                ..*run
+            };
+        } else {
+            *run = Run {
+                least: round_trip,
+                most: round_trip,
+                len: 1,
+                above: longest_before,
+            };
+        }
+        let run = self.run;
+        if run.len >= SHIFT_AFTER
+            && run.least > run.above
+            && self.queued(run.least) > self.interval / 4
+        {
+            self.least = [Some(run.least), None];
+            self.most = [[run.most; HELD_UP + 1], [Duration::ZERO; HELD_UP + 1]];
+            self.taken = run.len.min(WINDOW);
+        }
+    }
+
+    /// The longest round trip seen lately, the [`HELD_UP`] longest left out.
+    fn longest(&self) -> Duration {
+        let mut longest = [Duration::ZERO; 2 * (HELD_UP + 1)];
+        longest.copy_from_slice(self.most.as_flattened());
+        longest.sort_unstable_by(|a, b| b.cmp(a));
+        longest[HELD_UP]
     }
 
     /// How far apart the round trips seen lately are, the [`HELD_UP`] longest left out:
@@ -102,10 +171,7 @@ impl Turns {
         if seen < SPREAD_AFTER {
             return None;
         }
-        let mut longest = [Duration::ZERO; 2 * (HELD_UP + 1)];
-        longest.copy_from_slice(self.most.as_flattened());
-        longest.sort_unstable_by(|a, b| b.cmp(a));
-        let most = longest[HELD_UP];
+        let most = self.longest();
         let least = self.least.iter().flatten().min().copied();
         Some(most.saturating_sub(least.unwrap_or(most)))
     }
@@ -174,6 +240,20 @@ mod tests {
             .collect()
     }
 
+    /// The rests after `n` flushes in a row that bring no total, each after `round_trip`
+    /// behind a queue that drains now and then: before each reply, another copy comes back in
+    /// `least`, having found the queue empty. (Round trips alike, many in a row, are a path's,
+    /// not a queue's.)
+    fn queue_rests(turns: &mut Turns, least: Duration, round_trip: Duration, n: u32) -> Vec<u32> {
+        (0..n)
+            .map(|_| {
+                turns.observe(least);
+                turns.observe(round_trip);
+                turns.after_counted(false, false, most)
+            })
+            .collect()
+    }
+
     #[test]
     fn a_far_store_with_no_queue_never_rests() {
         let mut turns = Turns::new(ms(100));
@@ -188,7 +268,7 @@ mod tests {
     fn a_queue_longer_than_half_an_interval_lengthens_the_rest_up_to_the_most() {
         let mut turns = Turns::new(ms(100));
         turns.observe(ms(2));
-        let rests = dry_rests(&mut turns, ms(80), DRY + 3);
+        let rests = queue_rests(&mut turns, ms(2), ms(80), DRY + 3);
         // A few flushes without a total are no reason to rest yet: the first may be the first
         // of a pair, and a pair may miss now and then.
         let mut expected = vec![0; DRY as usize - 1];
@@ -200,9 +280,9 @@ mod tests {
     fn a_queue_of_exactly_half_an_interval_is_not_long() {
         let mut turns = Turns::new(ms(100));
         turns.observe(ms(2));
-        let rests = dry_rests(&mut turns, ms(52), DRY + 2);
+        let rests = queue_rests(&mut turns, ms(2), ms(52), DRY + 2);
         assert_eq!(rests, vec![0; DRY as usize + 2]);
-        assert_eq!(dry_rests(&mut turns, ms(53), 1), [2]);
+        assert_eq!(queue_rests(&mut turns, ms(2), ms(53), 1), [2]);
     }
 
     #[test]
@@ -276,10 +356,44 @@ mod tests {
     }
 
     #[test]
+    fn a_store_that_became_far_is_no_queue_after_eight_round_trips_alike() {
+        let mut turns = Turns::new(ms(100));
+        for _ in 0..2 * WINDOW {
+            turns.observe(ms(20));
+        }
+        // The store is two and a half intervals away from now on, give or take a few ms.
+        for i in 0..SHIFT_AFTER - 1 {
+            turns.observe(ms(250 + u64::from(i % 3) * 10));
+            assert!(turns.queued(ms(250)) > ms(200), "forgotten after {i}");
+        }
+        turns.observe(ms(255));
+        assert_eq!(turns.queued(ms(270)), ms(20));
+        assert_eq!(turns.spread(), Some(ms(20)));
+        // So it does not rest, as it would behind a queue.
+        assert_eq!(
+            dry_rests(&mut turns, ms(260), DRY + 2),
+            vec![0; DRY as usize + 2]
+        );
+    }
+
+    #[test]
+    fn round_trips_that_vary_like_a_queues_are_not_taken_for_a_far_store() {
+        let mut turns = Turns::new(ms(100));
+        turns.observe(ms(20));
+        // A queue that fills and drains: more than a quarter interval between round trips.
+        for i in 0..4 * WINDOW {
+            turns.observe(ms(if i % 5 == 4 { 220 } else { 250 }));
+            turns.observe(ms(if i % 2 == 0 { 150 } else { 280 }));
+        }
+        assert!(turns.queued(ms(280)) >= ms(130));
+        assert!(turns.spread().is_some_and(|spread| spread > ms(25)));
+    }
+
+    #[test]
     fn a_rest_and_the_round_trip_stay_within_the_most_together() {
         let mut turns = Turns::new(ms(100));
         turns.observe(ms(1));
-        let rests = dry_rests(&mut turns, ms(250), DRY + 3);
+        let rests = queue_rests(&mut turns, ms(1), ms(250), DRY + 3);
         // Two whole intervals of round trip leave four of the six to rest.
         assert_eq!(
             &rests[DRY as usize - 1..],

@@ -229,6 +229,45 @@ fn a_lanes_reply_that_comes_after_a_newer_one_leaves_the_newer_total() {
     assert!(checked > 300, "a total was known at {checked} ticks");
 }
 
+/// A participant alone whose store is close by for a hundred flushes, then one and a half to
+/// three intervals away for good (a failover to a far replica, say). The round trips before
+/// the change say nothing of a queue now: once eight round trips in a row are alike, it takes
+/// the new one for the path's, opens lanes, and knows its total again. It used to compare them
+/// with the least of the last sixty-four, and took the far store for a queue for about 250
+/// intervals, knowing no total meanwhile.
+#[test]
+fn a_store_that_becomes_far_while_counting_is_known_again_within_sixty_intervals() {
+    for far in [INTERVAL * 3 / 2, INTERVAL * 2, INTERVAL * 3] {
+        let clock = VirtualClock::new();
+        let store = ScriptedStore::new(clock.clone());
+        store.then((0..100).map(|_| Action::Delay(INTERVAL / 5)));
+        store.then((0..10_000).map(|_| Action::Delay(far)));
+        let mut pool = LocalPool::new();
+        let (counter, _) = lone("failover", 11, &store, &clock, &pool);
+        let (mut known, mut samples) = (0, 0);
+        let mut became_far = None;
+        for n in 1..=2_500u32 {
+            counter.increment(1);
+            run_virtual_until(&mut pool, &clock, INTERVAL / 10 * n);
+            let Some(at) = became_far.or_else(|| store.call_times().get(100).copied()) else {
+                continue;
+            };
+            became_far = Some(at);
+            // Sixty intervals after the change, for the next fifty.
+            let since = clock.now().saturating_sub(at);
+            if since > INTERVAL * 60 && since <= INTERVAL * 110 {
+                samples += 1;
+                known += usize::from(counter.group_total().is_some());
+            }
+        }
+        assert!(samples >= 490, "{samples} samples at {far:?}");
+        assert!(
+            known * 10 >= samples * 9,
+            "{far:?} away, the total was known in {known} of {samples} samples"
+        );
+    }
+}
+
 /// A counter named `name` under participant `id` on `store`, its worker on `pool`, with the
 /// events it reports.
 fn lone(
