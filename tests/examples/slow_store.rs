@@ -21,7 +21,7 @@
 //!   against the units counted; `flush completed` amounts as a cross-check;
 //! - **dropped** (`flush failed`), **unsettled** (`flush failed`'s `unsettled`), still buffered;
 //! - whether `round trip slow` was raised, by how many participants, and how long after the
-//!   start.
+//!   start (or after the change, with `--near-first`).
 //!
 //! ```sh
 //! cargo run -p comcount-tests --release --example slow_store
@@ -31,8 +31,10 @@
 //! Flags: `--interval-ms` (100), `--intervals` in steady state (100), `--participants` per
 //! rule (8), `--round-trips` in intervals (`0.2,0.5,1,1.5,2,3`), `--stagger` (0): the
 //! participants start counting spread evenly over this many intervals instead of all at once
-//! (they are then measured from when the last has started). A run at the defaults takes
-//! about a minute and a half.
+//! (they are then measured from when the last has started); `--near-first` (0): the fleets
+//! count this many intervals on a path with no delay before the round trip is put on it, as
+//! when a store fails over to a distant replica, and are measured from that change (the
+//! alarm's delay too). A run at the defaults takes about a minute and a half.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -70,6 +72,9 @@ struct Settings {
     round_trips: Vec<f64>,
     /// Participants start counting spread evenly over this many intervals (0: all at once).
     stagger: f64,
+    /// Intervals counted with no delay on the path before the round trip is put on it (0:
+    /// from the start).
+    near_first: u32,
 }
 
 impl Settings {
@@ -80,6 +85,7 @@ impl Settings {
             participants: 8,
             round_trips: vec![0.2, 0.5, 1.0, 1.5, 2.0, 3.0],
             stagger: 0.0,
+            near_first: 0,
         };
         let args: Vec<String> = std::env::args().skip(1).collect();
         for pair in args.chunks(2) {
@@ -92,9 +98,10 @@ impl Settings {
                     settings.round_trips = value.split(',').map(|r| parse(flag, r)).collect()
                 }
                 "--stagger" => settings.stagger = parse(flag, value),
+                "--near-first" => settings.near_first = parse(flag, value),
                 _ => panic!(
                     "unknown flag {flag}; use --interval-ms, --intervals, --participants, \
-                     --round-trips, --stagger"
+                     --round-trips, --stagger, --near-first"
                 ),
             }
         }
@@ -298,7 +305,6 @@ async fn start_fleet(rules: Rules, settings: &Settings, proxy_url: &str, tag: &s
 
 /// Starts counting on every participant of the fleet, participant `i` after `i` × `stagger`.
 fn start_counting(fleet: &Fleet, stagger: Duration, stop: &Arc<AtomicBool>) {
-    let _ = fleet.tally.started.set(Instant::now());
     let starts = (0..fleet.counters.len() as u32)
         .map(|i| stagger * i)
         .collect();
@@ -429,7 +435,9 @@ async fn run_round_trip(
     let interval = settings.interval;
     let round_trip = interval.mul_f64(ratio);
     let proxy = Proxy::start(server).await.expect("a proxy");
-    proxy.delay_replies(round_trip);
+    if settings.near_first == 0 {
+        proxy.delay_replies(round_trip);
+    }
     let tag = format!("{}-{:x}", round_trip.as_millis(), fastrand::u32(..));
     let stop = Arc::new(AtomicBool::new(false));
     let mut fleets = Vec::new();
@@ -448,6 +456,14 @@ async fn run_round_trip(
     let stagger = spread / settings.participants as u32;
     for fleet in &fleets {
         start_counting(fleet, stagger, &stop);
+    }
+    if settings.near_first > 0 {
+        // A store close by, then farther away for good: measured from the change.
+        tokio::time::sleep(interval * settings.near_first + spread).await;
+        proxy.delay_replies(round_trip);
+    }
+    for fleet in &fleets {
+        let _ = fleet.tally.started.set(Instant::now());
     }
 
     tokio::time::sleep(interval * WARMUP_INTERVALS + round_trip + spread).await;
@@ -580,13 +596,14 @@ async fn main() {
     println!(
         "interval {} ms, {} participants per rule, each counting {} units/s; {} intervals measured \
          after {WARMUP_INTERVALS} intervals and one round trip of warm-up; participants start \
-         spread over {} intervals; Redis 127.0.0.1:{}; \
+         spread over {} intervals; {} intervals close by first; Redis 127.0.0.1:{}; \
          load average {}",
         settings.interval.as_millis(),
         settings.participants,
         1000 / TICK.as_millis(),
         settings.intervals,
         settings.stagger,
+        settings.near_first,
         server.port(),
         load_average(),
     );
