@@ -571,11 +571,16 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 return None;
             }
             Err(error) => {
-                // Not again sooner than the failed copy took, nor than the backoff says.
+                // Again after the backoff. A copy that got no answer may still wait in the
+                // store's queue: not again sooner than it took, so as not to add to the queue.
+                // An answer, however long the client took to get it (its own resends through
+                // a failover), left nothing queued.
                 let mut wait = plan.backoff.next();
+                if !from_store {
+                    wait = wait.max(round_trip);
+                }
                 if error.may_have_applied() {
                     self.flight.may_have_counted();
-                    wait = wait.max(round_trip);
                 } else {
                     self.flight.not_applied_yet();
                 }

@@ -367,6 +367,35 @@ async fn a_flush_turned_away_or_cut_short_is_resent<R: Runtime>(rt: R) {
     assert!(s.events.with_message("flush failed").is_empty());
 }
 
+/// A cluster client that follows a failover on its own answers a copy only after its own
+/// resends, most of an interval later (here, just within the resend timeout); by then the slot
+/// may have a new owner, and the next copy goes after the short backoff, not after as long
+/// again.
+async fn a_copy_turned_away_after_the_clients_own_resends_is_sent_again_soon<R: Runtime>(rt: R) {
+    let s = Setup::new(rt);
+    let held = s.interval() * 9 / 10;
+    s.store.then([Action::FailAfter(held, || {
+        StoreError::unavailable("MOVED 15143 127.0.0.1:7002").after_unseen_resends()
+    })]);
+    s.counter.increment(3);
+    s.expect_within(8, "the resent flush counted", || {
+        !s.events.with_message("flush completed").is_empty()
+    })
+    .await;
+    let times = s.store.call_times();
+    let answered = times[0] + held;
+    let resent = times
+        .iter()
+        .find(|at| **at >= answered)
+        .expect("a copy after the turned-away one");
+    assert!(
+        *resent - answered <= s.interval() / 2,
+        "the next copy went {:?} after the answer (sent at {times:?})",
+        *resent - answered
+    );
+    assert!(s.events.with_message("flush failed").is_empty());
+}
+
 async fn refused_flushes_do_not_spin<R: Runtime>(rt: R) {
     let s = Setup::new(rt);
     s.counter.increment(1);
@@ -727,6 +756,7 @@ on_every_runtime!(
     a_hung_flush_times_out_and_is_resent,
     a_refused_flush_is_dropped_not_resent,
     a_flush_turned_away_or_cut_short_is_resent,
+    a_copy_turned_away_after_the_clients_own_resends_is_sent_again_soon,
     refused_flushes_do_not_spin,
     flushes_aim_at_the_middle_of_each_interval,
     a_fenced_flush_goes_to_a_later_interval_as_the_same_flush,

@@ -20,6 +20,8 @@ pub enum Action {
     Reply(FlushReply),
     /// Fails with this error.
     Fail(fn() -> StoreError),
+    /// Fails with this error after this long: a client that kept trying on its own first.
+    FailAfter(Duration, fn() -> StoreError),
     /// Never answers.
     Hang,
     /// Passes it to the memory store after this long, and answers then.
@@ -117,6 +119,13 @@ impl<C: Timer> Store for ScriptedStore<C> {
             }
             Action::Reply(reply) => Box::pin(std::future::ready(Ok(reply))),
             Action::Fail(error) => Box::pin(std::future::ready(Err(error()))),
+            Action::FailAfter(by, error) => {
+                let sleep = self.clock.sleep(by);
+                Box::pin(async move {
+                    sleep.await;
+                    Err(error())
+                })
+            }
             Action::Hang => Box::pin(std::future::pending()),
             Action::Delay(by) => {
                 let memory = self.memory.clone();
