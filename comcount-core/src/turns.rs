@@ -12,7 +12,9 @@
 //! (every reply 150 ms late) queues nothing, and its counters never rest; nor does one whose
 //! replies bring totals, which others in its group add to the intervals it skips. The rest
 //! grows by two intervals each time [`DRY`] flushes in a row bring no total and the last met a
-//! long queue, and shrinks by one with each reply that brings one; each rest is drawn at
+//! long queue, and shrinks by one with each reply that brings one through a short queue (a
+//! pair that lands through a long one says the counter's turns work, not that the queue is
+//! gone, and resting less would lengthen it again); each rest is drawn at
 //! random from its upper half, so that counters that backed off together do not come back
 //! together.
 //!
@@ -42,10 +44,10 @@ const SPREAD_AFTER: u32 = 8;
 /// once, as the first two are, which connect and load the script.
 const HELD_UP: usize = 2;
 
-/// How many counted flushes in a row must bring no total before a counter rests: under a
-/// queue that lets it add to consecutive intervals now and then, it learns enough without,
+/// How many counted flushes in a row must bring no total before a counter rests longer: under
+/// a queue that lets it add to consecutive intervals now and then, it learns enough without,
 /// and a store near its capacity, whose queue is long only now and then, is not left idle.
-const DRY: u32 = 5;
+const DRY: u32 = 3;
 
 /// How many round trips in a row, within a quarter interval of each other, longer than all
 /// before them but the [`HELD_UP`] longest and more than a quarter interval above the least,
@@ -196,7 +198,9 @@ impl Turns {
         if learnt {
             // Once a pair (or, in a group, another participant's part) brings a total.
             self.dry = 0;
-            self.rest = self.rest.saturating_sub(1);
+            if queue <= self.interval / 2 {
+                self.rest = self.rest.saturating_sub(1);
+            }
         } else {
             self.dry = self.dry.saturating_add(1);
             if self.dry >= DRY && queue > self.interval / 2 {
@@ -286,7 +290,7 @@ mod tests {
     }
 
     #[test]
-    fn replies_that_bring_a_total_shorten_the_rest_one_interval_each() {
+    fn replies_that_bring_a_total_behind_a_short_queue_shorten_the_rest_one_interval_each() {
         let mut turns = Turns::new(ms(100));
         turns.observe(ms(2));
         let rests = dry_rests(&mut turns, ms(90), DRY);
@@ -302,6 +306,20 @@ mod tests {
         assert_eq!(turns.after_counted(false, false, most), 0);
         turns.observe(ms(3));
         assert_eq!(turns.after_counted(true, true, most), 0);
+    }
+
+    #[test]
+    fn a_total_that_came_through_a_long_queue_keeps_the_rest() {
+        let mut turns = Turns::new(ms(100));
+        turns.observe(ms(2));
+        let rests = queue_rests(&mut turns, ms(2), ms(80), DRY + 1);
+        assert_eq!(rests.last(), Some(&4));
+        // A pair landed, but the queue is as long as before: resting less would lengthen it.
+        turns.observe(ms(80));
+        assert_eq!(turns.after_counted(true, true, most), 4);
+        // Once the queue is short, each total shortens the rest by one interval.
+        turns.observe(ms(30));
+        assert_eq!(turns.after_counted(true, true, most), 3);
     }
 
     #[test]

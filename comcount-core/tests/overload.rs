@@ -328,8 +328,8 @@ fn lone_counters_ten_intervals_behind_a_queue_settle_half_of_what_it_serves() {
 /// flush in the queue, each would wait longer than an interval there once the load passes
 /// twice what the store serves, and almost none would add to two in a row: at two and a half
 /// times, 3 % of the samples knew a total, and none at three. Taking turns, a counter rests a
-/// few intervals after a pair and the pairs land: a quarter of the samples know one at two and
-/// a half times, a tenth at three. Wherever the load falls, the store stays busy with flushes
+/// few intervals after a pair and the pairs land: half of the samples know one at twice the
+/// load, a third at two and a half times, a fifth at three. Wherever the load falls, the store stays busy with flushes
 /// that settle, no counter waits long for one, and turns cost no total below one and a half
 /// times the load, where counters still add to consecutive intervals often enough on their own.
 /// Their round trips vary as the queue fills and drains, and next to no counter opens lanes,
@@ -341,9 +341,9 @@ fn lone_counters_at_any_load_keep_the_store_busy_and_each_flush_coming() {
         (100, 85),
         (120, 75),
         (150, 60),
-        (200, 35),
-        (250, 20),
-        (300, 5),
+        (200, 45),
+        (250, 30),
+        (300, 15),
         (400, 0),
     ] {
         eprint!("{counters} lone counters: ");
