@@ -168,6 +168,8 @@ struct Run {
     samples: usize,
     /// Participant ids the store saw flushes from beyond the counters' own: their lanes'.
     lane_ids: usize,
+    /// The flushes waiting in the store's queue at the end of each interval, summed.
+    queued: usize,
 }
 
 /// Runs `tenants` counters with `participants` each on one [`Queued`] store, every one of them
@@ -196,6 +198,7 @@ fn simulate(tenants: usize, participants: usize, intervals: u32, warm_up: u32) -
 
     let mut known = 0usize;
     let mut samples = 0usize;
+    let mut queued = 0usize;
     let (mut served_at_warm_up, mut resent_at_warm_up, mut wrong_at_warm_up) = (0, 0, 0);
     for n in 1..=intervals {
         for (counter, _) in &counters {
@@ -208,6 +211,7 @@ fn simulate(tenants: usize, participants: usize, intervals: u32, warm_up: u32) -
             wrong_at_warm_up = store.wrong.load(Ordering::Relaxed);
         }
         if n > warm_up {
+            queued += store.queue.lock().unwrap().len();
             samples += counters.len();
             known += counters
                 .iter()
@@ -248,10 +252,11 @@ fn simulate(tenants: usize, participants: usize, intervals: u32, warm_up: u32) -
             .collect::<HashSet<_>>()
             .len()
             .saturating_sub(counters.len()),
+        queued,
     };
     eprintln!(
         "settled {} of capacity {}, served {}, resent {}, wrong intervals {}, longest gap \
-         {:?}, known {}/{}, lanes opened {}",
+         {:?}, known {}/{}, lanes opened {}, queue {:.1} intervals",
         run.settled,
         run.capacity,
         run.served,
@@ -260,7 +265,8 @@ fn simulate(tenants: usize, participants: usize, intervals: u32, warm_up: u32) -
         run.longest,
         run.known,
         run.samples,
-        run.lane_ids
+        run.lane_ids,
+        run.queued as f64 / measured as f64 * SERVICE.as_secs_f64() / INTERVAL.as_secs_f64()
     );
     run
 }
