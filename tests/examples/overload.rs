@@ -22,8 +22,9 @@
 //!    (`/proc/self/stat`; the closed loops print it too), polls of the counters' background
 //!    tasks per applied flush (each poll is a wake-up: two a flush at the least, one to send
 //!    and one for the reply), the share of counters that know the group's total (sampled
-//!    every 100 ms) and the most it could be given what was applied, the longest gap between
-//!    two applied flushes of any counter, and the applied rate against both capacities.
+//!    every 100 ms), the most it could be given what was applied, the share of counters that
+//!    never knew it in the window, the longest gap between two applied flushes of any
+//!    counter, and the applied rate against both capacities.
 //!
 //! redis-rs gives a connection a response timeout of 500 ms by default
 //! (`redis::aio::ConnectionManagerConfig`); with thousands of commands queued on one connection it
@@ -470,7 +471,7 @@ struct Row {
     /// This process's CPU time in the window, the counters' and the driver's, in seconds.
     client_cpu: f64,
     evalsha: u64,
-    known: f64,
+    known: Known,
     longest_gap_ms: u64,
     p99_gap_ms: u64,
 }
@@ -572,19 +573,33 @@ async fn drive(counters: Vec<Counter>, stop: Arc<AtomicBool>) {
     }
 }
 
-/// The share of (sample, counter) pairs in which the counter knew the group's total.
-async fn sample_known(counters: &[Counter], window: Duration) -> f64 {
+/// How often the counters knew the group's total over the window.
+struct Known {
+    /// The share of (sample, counter) pairs in which the counter knew it.
+    share: f64,
+    /// The share of counters that knew it in no sample.
+    never: f64,
+}
+
+/// Samples every counter every [`SAMPLE_EVERY`] for `window`.
+async fn sample_known(counters: &[Counter], window: Duration) -> Known {
     let deadline = Instant::now() + window;
-    let (mut known, mut samples) = (0u64, 0u64);
+    let mut known = vec![0u32; counters.len()];
+    let mut rounds = 0u64;
     let mut ticks = tokio::time::interval(SAMPLE_EVERY);
     while Instant::now() < deadline {
         ticks.tick().await;
-        for counter in counters {
-            known += u64::from(counter.group_total().is_some());
-            samples += 1;
+        for (known, counter) in known.iter_mut().zip(counters) {
+            *known += u32::from(counter.group_total().is_some());
         }
+        rounds += 1;
     }
-    known as f64 / samples.max(1) as f64
+    let samples = (rounds * counters.len() as u64).max(1) as f64;
+    let never = known.iter().filter(|k| **k == 0).count();
+    Known {
+        share: known.iter().map(|k| u64::from(*k)).sum::<u64>() as f64 / samples,
+        never: never as f64 / counters.len().max(1) as f64,
+    }
 }
 
 // Printing.
@@ -625,10 +640,10 @@ fn print_header(settings: &Settings) {
     );
     println!();
     println!(
-        "| counters | rule | asked/s | applied/s | applied/asked | applied/capacity | applied/one-key | copies/s | resent copies | wrong-interval replies | error replies | EVALSHA/s | Redis CPU µs/applied | client CPU µs/applied | polls/applied | total known | ceiling of total known | longest gap (p99 of counters) | dropped | unsettled | `round trip slow` raised |"
+        "| counters | rule | asked/s | applied/s | applied/asked | applied/capacity | applied/one-key | copies/s | resent copies | wrong-interval replies | error replies | EVALSHA/s | Redis CPU µs/applied | client CPU µs/applied | polls/applied | total known | ceiling of total known | counters that never knew it | longest gap (p99 of counters) | dropped | unsettled | `round trip slow` raised |"
     );
     println!(
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
 }
 
@@ -648,7 +663,7 @@ fn print_row(row: &Row, interval: Duration, capacity: f64, one_key: f64) {
     let asked = row.counters as f64 / interval.as_secs_f64();
     let in_intervals = |ms: u64| ms as f64 / interval.as_millis() as f64;
     println!(
-        "| {} | {} | {:.0} | {:.0} | {:.1}% | {:.2} | {:.2} | {:.0} | {} ({:.1}%) | {} ({:.1}%) | {} | {:.0} | {:.1} | {:.1} | {:.2} | {:.1}% | {:.0}% | {:.1} ({:.1}) intervals | {} | {} | {} |",
+        "| {} | {} | {:.0} | {:.0} | {:.1}% | {:.2} | {:.2} | {:.0} | {} ({:.1}%) | {} ({:.1}%) | {} | {:.0} | {:.1} | {:.1} | {:.2} | {:.1}% | {:.0}% | {:.1}% | {:.1} ({:.1}) intervals | {} | {} | {} |",
         row.counters,
         row.rules.label(),
         asked,
@@ -666,8 +681,9 @@ fn print_row(row: &Row, interval: Duration, capacity: f64, one_key: f64) {
         row.redis_cpu * 1e6 / applied.max(1) as f64,
         row.client_cpu * 1e6 / applied.max(1) as f64,
         polls as f64 / applied.max(1) as f64,
-        100.0 * row.known,
+        100.0 * row.known.share,
         100.0 * known_ceiling(per_s(applied), asked),
+        100.0 * row.known.never,
         in_intervals(row.longest_gap_ms),
         in_intervals(row.p99_gap_ms),
         dropped,
