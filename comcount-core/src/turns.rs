@@ -18,6 +18,13 @@
 //! random from its upper half, so that counters that backed off together do not come back
 //! together.
 //!
+//! A counter rests only after the second flush of a pair. The first goes for the next interval
+//! at once, even after flushes that brought nothing: a counter that rested after each of those
+//! would never add to two intervals in a row, and behind a queue that stays long it would
+//! never learn a total at all. After a pair that brought a total it rests at least until that
+//! total would go stale: a flush sooner lands after an interval it skipped, brings none, and
+//! only ends the one it has.
+//!
 //! A store that became farther away for good (a failover to a distant replica) would look like
 //! a queue for as long as the least round trip remembers the path before: two windows, some
 //! 250 intervals at two or three intervals away, in which a lone counter rests, opens no lanes
@@ -70,6 +77,8 @@ pub(crate) struct Turns {
     rest: u32,
     /// How many counted flushes in a row brought no total.
     dry: u32,
+    /// Whether the last flush counted was the first of a pair, and went without a rest.
+    pairing: bool,
     /// The last round trip taken.
     last: Duration,
     /// The last round trips in a row that lie within a quarter interval of each other.
@@ -96,6 +105,7 @@ impl Turns {
             queue: Duration::ZERO,
             rest: 0,
             dry: 0,
+            pairing: false,
             last: Duration::ZERO,
             run: Run::default(),
         }
@@ -195,6 +205,7 @@ impl Turns {
         draw: impl FnOnce(RangeInclusive<u32>) -> u32,
     ) -> u32 {
         let queue = std::mem::take(&mut self.queue);
+        let second = std::mem::take(&mut self.pairing);
         if learnt {
             // Once a pair (or, in a group, another participant's part) brings a total.
             self.dry = 0;
@@ -206,17 +217,24 @@ impl Turns {
             if self.dry >= DRY && queue > self.interval / 2 {
                 // Flushes in a row learnt nothing, and the queue held them up.
                 self.rest = (self.rest + 2).min(MAX_REST);
-            } else if !after_pair {
+            }
+            if !after_pair && !second {
                 // The first of a pair: the next flush goes for the next interval.
+                self.pairing = true;
                 return 0;
             }
         }
         let waited = (self.last.as_nanos() / self.interval.as_nanos().max(1)) as u32;
         let most = self.rest.min(MAX_REST.saturating_sub(waited));
+        // A total just learnt stays fresh for two intervals and the round trip. The next
+        // flush, an interval or more after this one, lands after an interval this counter
+        // skipped and brings no total: sent before the total goes stale, it only ends it
+        // sooner.
+        let least = if learnt { (1 + waited).min(most) } else { 0 };
         if most == 0 {
             0
         } else {
-            draw(most.div_ceil(2)..=most)
+            draw(most.div_ceil(2).max(least)..=most)
         }
     }
 }
@@ -273,11 +291,10 @@ mod tests {
         let mut turns = Turns::new(ms(100));
         turns.observe(ms(2));
         let rests = queue_rests(&mut turns, ms(2), ms(80), DRY + 3);
-        // A few flushes without a total are no reason to rest yet: the first may be the first
-        // of a pair, and a pair may miss now and then.
-        let mut expected = vec![0; DRY as usize - 1];
-        expected.extend([2, 4, MAX_REST, MAX_REST]);
-        assert_eq!(rests, expected);
+        // A few flushes without a total are no reason to rest yet: a pair may miss now and
+        // then. Then each pair, missed again, adds two intervals, and the first flush of each
+        // still goes at once.
+        assert_eq!(rests, [0, 0, 0, 4, 0, MAX_REST]);
     }
 
     #[test]
@@ -293,19 +310,20 @@ mod tests {
     fn replies_that_bring_a_total_behind_a_short_queue_shorten_the_rest_one_interval_each() {
         let mut turns = Turns::new(ms(100));
         turns.observe(ms(2));
-        let rests = dry_rests(&mut turns, ms(90), DRY);
-        assert_eq!(rests.last(), Some(&2));
-        assert!(rests[..DRY as usize - 1].iter().all(|rest| *rest == 0));
+        let rests = dry_rests(&mut turns, ms(90), DRY + 1);
+        assert_eq!(rests, [0, 0, 0, 4]);
         // The first of a pair goes for the next interval at once, with or without a queue
         // under half an interval, and the second rests.
         turns.observe(ms(40));
         assert_eq!(turns.after_counted(false, false, most), 0);
         turns.observe(ms(3));
-        assert_eq!(turns.after_counted(true, true, most), 1);
-        turns.observe(ms(3));
-        assert_eq!(turns.after_counted(false, false, most), 0);
-        turns.observe(ms(3));
-        assert_eq!(turns.after_counted(true, true, most), 0);
+        assert_eq!(turns.after_counted(true, true, most), 3);
+        for rest in [2, 1, 0] {
+            turns.observe(ms(3));
+            assert_eq!(turns.after_counted(false, false, most), 0);
+            turns.observe(ms(3));
+            assert_eq!(turns.after_counted(true, true, most), rest);
+        }
     }
 
     #[test]
@@ -323,6 +341,44 @@ mod tests {
     }
 
     #[test]
+    fn a_counter_that_rests_still_sends_the_second_flush_of_each_pair_at_once() {
+        let mut turns = Turns::new(ms(100));
+        turns.observe(ms(2));
+        // Pairs that miss behind a queue: the rest grows to the most, but only the second
+        // flush of each pair rests. Resting after the first too, a counter would never add to
+        // two intervals in a row, and never learn a total while the queue stays long.
+        let rests = queue_rests(&mut turns, ms(2), ms(80), 10);
+        assert_eq!(rests, [0, 0, 0, 4, 0, 6, 0, 6, 0, 6]);
+    }
+
+    #[test]
+    fn after_a_pair_that_brings_a_total_the_counter_rests_until_the_total_would_go_stale() {
+        let mut turns = Turns::new(ms(100));
+        turns.observe(ms(2));
+        // A rest of two intervals, the round trip one and a fifth.
+        let rests = queue_rests(&mut turns, ms(2), ms(120), DRY);
+        assert_eq!(rests, [0, 0, 0]);
+        // The pair lands and brings a total, fresh for two intervals and the round trip. A
+        // flush one interval later than the next would land after an interval this counter
+        // skipped, bring no total and end this one an interval early: the least rest is the
+        // round trip's whole intervals and one more.
+        turns.observe(ms(120));
+        let mut asked = None;
+        let rest = turns.after_counted(true, true, |range| {
+            asked = Some(range.clone());
+            *range.start()
+        });
+        assert_eq!(asked, Some(2..=2));
+        assert_eq!(rest, 2);
+        // Never past the most, less the round trip.
+        let mut turns = Turns::new(ms(100));
+        turns.observe(ms(2));
+        queue_rests(&mut turns, ms(2), ms(420), DRY + 1);
+        turns.observe(ms(420));
+        assert_eq!(turns.after_counted(true, true, |range| *range.start()), 2);
+    }
+
+    #[test]
     fn a_counter_whose_group_brings_totals_never_rests_however_long_the_queue() {
         let mut turns = Turns::new(ms(100));
         turns.observe(ms(1));
@@ -336,11 +392,12 @@ mod tests {
     fn a_rest_is_drawn_from_the_upper_half_of_the_current_one() {
         let mut turns = Turns::new(ms(100));
         turns.observe(ms(1));
+        // Behind a queue of two intervals and a half, which leaves room for the whole rest.
         for _ in 0..DRY {
-            turns.observe(ms(70));
+            turns.observe(ms(250));
             turns.after_counted(false, false, most);
         }
-        turns.observe(ms(70));
+        turns.observe(ms(250));
         let mut asked = None;
         let rest = turns.after_counted(false, false, |range| {
             asked = Some(range.clone());
@@ -413,13 +470,12 @@ mod tests {
         turns.observe(ms(1));
         let rests = queue_rests(&mut turns, ms(1), ms(250), DRY + 3);
         // Two whole intervals of round trip leave four of the six to rest.
-        assert_eq!(
-            &rests[DRY as usize - 1..],
-            [2, 4, MAX_REST - 2, MAX_REST - 2]
-        );
-        // A queue as long as the most: no rest at all.
-        turns.observe(ms(650));
-        assert_eq!(turns.after_counted(false, false, most), 0);
+        assert_eq!(&rests[DRY as usize - 1..], [0, 4, 0, MAX_REST - 2]);
+        // A queue as long as the most: no rest at all, after either flush of a pair.
+        for _ in 0..2 {
+            turns.observe(ms(650));
+            assert_eq!(turns.after_counted(false, false, most), 0);
+        }
     }
 
     #[test]
