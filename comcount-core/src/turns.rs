@@ -252,6 +252,20 @@ mod tests {
         *range.end()
     }
 
+    /// The range a rest is drawn from after a flush, and the rest when the least is drawn.
+    fn least_drawn(
+        turns: &mut Turns,
+        learnt: bool,
+        after_pair: bool,
+    ) -> (RangeInclusive<u32>, u32) {
+        let mut asked = None;
+        let rest = turns.after_counted(learnt, after_pair, |range| {
+            asked = Some(range.clone());
+            *range.start()
+        });
+        (asked.expect("a rest drawn"), rest)
+    }
+
     /// The rests after `n` flushes in a row that bring no total, each after `round_trip`.
     fn dry_rests(turns: &mut Turns, round_trip: Duration, n: u32) -> Vec<u32> {
         (0..n)
@@ -363,19 +377,13 @@ mod tests {
         // skipped, bring no total and end this one an interval early: the least rest is the
         // round trip's whole intervals and one more.
         turns.observe(ms(120));
-        let mut asked = None;
-        let rest = turns.after_counted(true, true, |range| {
-            asked = Some(range.clone());
-            *range.start()
-        });
-        assert_eq!(asked, Some(2..=2));
-        assert_eq!(rest, 2);
+        assert_eq!(least_drawn(&mut turns, true, true), (2..=2, 2));
         // Never past the most, less the round trip.
         let mut turns = Turns::new(ms(100));
         turns.observe(ms(2));
         queue_rests(&mut turns, ms(2), ms(420), DRY + 1);
         turns.observe(ms(420));
-        assert_eq!(turns.after_counted(true, true, |range| *range.start()), 2);
+        assert_eq!(least_drawn(&mut turns, true, true), (2..=2, 2));
     }
 
     #[test]
@@ -398,13 +406,7 @@ mod tests {
             turns.after_counted(false, false, most);
         }
         turns.observe(ms(250));
-        let mut asked = None;
-        let rest = turns.after_counted(false, false, |range| {
-            asked = Some(range.clone());
-            *range.start()
-        });
-        assert_eq!(asked, Some(2..=4));
-        assert_eq!(rest, 2);
+        assert_eq!(least_drawn(&mut turns, false, false), (2..=4, 2));
     }
 
     #[test]
