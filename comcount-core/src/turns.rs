@@ -226,10 +226,9 @@ impl Turns {
         }
         let waited = (self.last.as_nanos() / self.interval.as_nanos().max(1)) as u32;
         let most = self.rest.min(MAX_REST.saturating_sub(waited));
-        // A total just learnt stays fresh for two intervals and the round trip. The next
-        // flush, an interval or more after this one, lands after an interval this counter
-        // skipped and brings no total: sent before the total goes stale, it only ends it
-        // sooner.
+        // A total just learnt stays fresh for two intervals and the round trip. After a rest,
+        // the next flush lands after an interval this counter skipped and brings no total:
+        // landing before this one goes stale, it only ends it sooner.
         let least = if learnt { (1 + waited).min(most) } else { 0 };
         if most == 0 {
             0
