@@ -198,7 +198,6 @@ fn simulate(tenants: usize, participants: usize, intervals: u32, warm_up: u32) -
         })
         .collect();
 
-    let mut known = 0usize;
     let mut samples = 0usize;
     let mut queued = 0usize;
     // Per counter, the samples in which it knew its total.
@@ -218,10 +217,7 @@ fn simulate(tenants: usize, participants: usize, intervals: u32, warm_up: u32) -
             queued += store.queue.lock().unwrap().len();
             samples += counters.len();
             for ((counter, _), known_here) in counters.iter().zip(&mut known_by_counter) {
-                if counter.group_total().is_some() {
-                    known += 1;
-                    *known_here += 1;
-                }
+                *known_here += u32::from(counter.group_total().is_some());
             }
         }
     }
@@ -247,7 +243,7 @@ fn simulate(tenants: usize, participants: usize, intervals: u32, warm_up: u32) -
             .filter(|(_, p)| !last.contains_key(p))
             .map(|(c, p)| (c.name().to_owned(), *p))
             .collect(),
-        known,
+        known: known_by_counter.iter().map(|k| *k as usize).sum(),
         samples,
         never_known: known_by_counter.iter().filter(|k| **k == 0).count(),
         lane_ids: store
