@@ -59,7 +59,9 @@
 -- interval counted in is N when applied, the fence's interval for a duplicate, nil otherwise.
 -- 'c': the total of N-1, nil where there is none. 'f': the packed totals of N-1 (a key's total
 -- is the sum of its amounts there; while N-1 is still being summed, a part of its fields),
--- nil where there are none. A wrong interval carries no totals.
+-- nil where there are none. A wrong interval carries no totals. An applied 'c' flush adds a
+-- sixth item: the total of N just after its INCRBY, which N's total can only pass (an integer,
+-- or its digits from 2^53 up).
 -- Error replies start with "ERR comcount:".
 local MAX_ENTRIES = 1000
 local MAX_KEY_LEN = 256
@@ -418,6 +420,7 @@ if fence then
   end
 end
 
+local total
 if family then
   local kind = redis.call('TYPE', KEYS[slot])['ok']
   if kind ~= 'none' and kind ~= 'hash' then
@@ -429,7 +432,7 @@ if family then
   redis.call('HSET', KEYS[slot], fence_key, ARGV[6])
 else
   -- The first write: INCRBY refuses a total that is not an integer, or that would overflow.
-  local total = redis.pcall('INCRBY', KEYS[slot], ARGV[7])
+  total = redis.pcall('INCRBY', KEYS[slot], ARGV[7])
   if type(total) == 'table' and total.err then
     if string.find(total.err, 'overflow', 1, true) then
       return redis.error_reply('ERR comcount: the total of ' .. KEYS[slot] .. ' would ' ..
@@ -440,4 +443,11 @@ else
 end
 redis.call('PEXPIRE', KEYS[slot], 3 * interval)
 redis.call('SET', fence_key, ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])
-return {0, n, phase, n, previous}
+if family then
+  return {0, n, phase, n, previous}
+end
+-- Lua's number is exact below 2^53; a larger total is read back as its digits.
+if total >= EXACT then
+  total = redis.call('GET', KEYS[slot])
+end
+return {0, n, phase, n, previous, total}

@@ -221,6 +221,7 @@ impl<C: Clock> MemoryStore<C> {
         }
         let key = request.interval_key(n);
         let expires_at = now + Duration::from_millis(interval_ms.saturating_mul(3));
+        let mut landed_totals = Vec::new();
         let value = match request.space.layout() {
             Layout::Counter => {
                 // A total that would pass the largest refuses the flush, as `INCRBY` does.
@@ -229,6 +230,7 @@ impl<C: Clock> MemoryStore<C> {
                     .checked_add(request.amount())
                     .filter(|t| *t <= MAX)
                     .ok_or_else(|| StoreError::refused("increment or decrement would overflow"))?;
+                landed_totals.push(Some(total));
                 Value::Total(total)
             }
             _ => {
@@ -260,7 +262,9 @@ impl<C: Clock> MemoryStore<C> {
                 expires_at: now + Duration::from_millis(request.fence_ttl_ms),
             },
         );
-        Ok(reply(Outcome::Applied, Some(n)).with_totals(previous_totals))
+        Ok(reply(Outcome::Applied, Some(n))
+            .with_totals(previous_totals)
+            .with_landed_totals(landed_totals))
     }
 }
 

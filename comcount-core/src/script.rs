@@ -6,7 +6,8 @@
 //! number, its phase in milliseconds and the interval the flush is counted in (nil where there
 //! is none), then, unless the outcome is a wrong interval, the previous interval's totals: a
 //! counter's total, or a family partition's totals packed as [`unpack`] reads them (nil where
-//! there are none).
+//! there are none). An applied counter's flush adds its own interval's total right after it,
+//! an integer or, from 2^53 up, a string of digits.
 //! A store turns the fields it got from its client into [`Field`]s and hands them to
 //! [`decode`]; it never builds arguments or reads replies itself.
 //!
@@ -178,6 +179,13 @@ pub fn decode(request: &FlushRequest, fields: &[Field<'_>]) -> Result<FlushReply
             "outcome {outcome:?} in interval {interval} with counted_in {counted_in:?}"
         )));
     }
+    let layout = request.space.layout();
+    let (totals, landed_totals) = match (outcome, layout, totals) {
+        (Outcome::Applied, Layout::Counter, [totals, landed]) => {
+            (std::slice::from_ref(totals), vec![Some(int(landed)?)])
+        }
+        _ => (totals, Vec::new()),
+    };
     let previous_totals = match (outcome, totals) {
         (Outcome::WrongInterval, []) => Vec::new(),
         (Outcome::WrongInterval, _) => {
@@ -186,7 +194,7 @@ pub fn decode(request: &FlushRequest, fields: &[Field<'_>]) -> Result<FlushReply
                 totals.len()
             )));
         }
-        (_, [totals]) => match request.space.layout() {
+        (_, [totals]) => match layout {
             Layout::Counter => vec![optional(totals)?],
             Layout::Family => per_entry(request, totals)?,
         },
@@ -203,7 +211,8 @@ pub fn decode(request: &FlushRequest, fields: &[Field<'_>]) -> Result<FlushReply
         Duration::from_millis(int(phase)?),
         counted_in,
     )
-    .with_totals(previous_totals))
+    .with_totals(previous_totals)
+    .with_landed_totals(landed_totals))
 }
 
 /// A family's packed totals, one per entry of `request`, in its order.
@@ -301,6 +310,23 @@ mod tests {
         assert_eq!(reply.phase, Duration::from_millis(17));
         assert_eq!(reply.previous_total(), Some(9));
         assert_eq!(reply.counted_in, Some(42));
+        assert!(reply.landed_totals.is_empty(), "a reply of five fields");
+        // An applied counter's sixth field, as a number or as digits from 2^53 up.
+        for (landed, total) in [
+            (Field::Int(12), 12),
+            (Field::Bytes(b"9223372036854775807"), MAX),
+        ] {
+            let applied = [
+                Field::Int(0),
+                Field::Int(42),
+                Field::Int(17),
+                Field::Int(42),
+            ];
+            let reply = decode(&counter(), &[&applied[..], &[Field::Nil, landed]].concat());
+            let reply = reply.unwrap();
+            assert_eq!(reply.previous_total(), None);
+            assert_eq!(reply.landed_totals, [Some(total)]);
+        }
         for (code, outcome) in [(2, Outcome::Stale), (3, Outcome::Fenced)] {
             let reply = decode(
                 &counter(),

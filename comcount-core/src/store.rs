@@ -439,6 +439,11 @@ pub struct FlushReply {
     /// With [`Outcome::WrongInterval`] the store may not have read them and this is empty; a
     /// counter does not take it as the group's numbers then.
     pub previous_totals: Vec<Option<u64>>,
+    /// For an applied flush of a single counter, the total of the interval it was counted in
+    /// just after it was added: at least what that interval holds once it has ended, so the
+    /// group's total from then on when no later reply brings the whole of it. Empty for every
+    /// other outcome, for a family's flush, and from a store that does not tell it.
+    pub landed_totals: Vec<Option<u64>>,
 }
 
 impl FlushReply {
@@ -450,12 +455,20 @@ impl FlushReply {
             phase,
             counted_in,
             previous_totals: Vec::new(),
+            landed_totals: Vec::new(),
         }
     }
 
     /// With the previous interval's totals, one per entry of the request.
     pub fn with_totals(mut self, totals: Vec<Option<u64>>) -> Self {
         self.previous_totals = totals;
+        self
+    }
+
+    /// With the totals of the interval counted in, just after this flush
+    /// ([`landed_totals`](Self::landed_totals)).
+    pub fn with_landed_totals(mut self, totals: Vec<Option<u64>>) -> Self {
+        self.landed_totals = totals;
         self
     }
 
@@ -495,6 +508,10 @@ impl FlushReply {
 ///   after each write, the fence after [`FlushRequest::fence_ttl_ms`].
 /// - The reply's [`previous_totals`](FlushReply::previous_totals) has one item per entry, in
 ///   the request's order, unless the outcome is [`Outcome::WrongInterval`].
+/// - A single counter's applied flush should bring its
+///   [`landed_totals`](FlushReply::landed_totals): one item, the interval's total right after
+///   the flush was added. A counter whose flushes do not add to every interval learns its
+///   group's total from it; without it, only from flushes in consecutive intervals.
 ///
 /// # Writing one
 ///

@@ -202,6 +202,7 @@ impl Report {
         if writes == Writes::Kept {
             self.assert_no_applied_flush_missing();
             self.assert_replies_agree_on_previous_totals();
+            self.assert_landed_totals_understate();
         }
         self.print_summary();
     }
@@ -587,6 +588,34 @@ impl Report {
         }
     }
 
+    /// Every total an applied flush's reply gave of its own interval is at least the flush's
+    /// amount and at most what Redis held for the key in that interval once closed: a lower
+    /// bound, never more. Only where acknowledged writes are kept.
+    pub fn assert_landed_totals_understate(&self) {
+        for record in &self.records {
+            let Some(reply) = record.reply() else {
+                continue;
+            };
+            for ((key, amount), landed) in record.amounts().zip(&reply.landed_totals) {
+                let Some(landed) = *landed else { continue };
+                assert!(
+                    landed >= amount,
+                    "{landed} landed below the flush's {amount}"
+                );
+                for read in self.read_closed((record.space(), reply.interval)) {
+                    let held = read.find(key).unwrap_or(0);
+                    assert!(
+                        landed <= held,
+                        "a reply gave {landed} for key {key:?} right after its flush in \
+                         interval {} of {}, which Redis held as {held} once closed",
+                        reply.interval,
+                        record.space()
+                    );
+                }
+            }
+        }
+    }
+
     /// Every reply from interval `n` of a key space (any outcome but `WrongInterval`, which
     /// may not read it) gives, for each key it carried, the same total for interval `n - 1`,
     /// closed by then, and it is what Redis held for that key in `n - 1` once closed (none
@@ -647,21 +676,24 @@ impl Report {
     }
 
     /// Every group total a counter showed came from a reply: the total of an interval before
-    /// some flush's interval.
+    /// some flush's interval, or of an applied flush's own interval right after it.
     pub fn assert_group_totals_came_from_replies(&self, shown: &BTreeSet<u64>) {
         let shown: BTreeSet<(String, u64)> = shown.iter().map(|t| (String::new(), *t)).collect();
         self.assert_key_totals_came_from_replies(&shown);
     }
 
     /// Every group total shown for a key (a family's, or a counter's under the empty key)
-    /// came from a reply: the total for that key of an interval before some flush's interval.
+    /// came from a reply: the total for that key of an interval before some flush's interval,
+    /// or, for a counter, of an applied flush's own interval right after it.
     pub fn assert_key_totals_came_from_replies(&self, shown: &BTreeSet<(String, u64)>) {
         let mut given: HashMap<&str, BTreeSet<u64>> = HashMap::new();
         for record in &self.records {
             if let Some(reply) = record.reply() {
-                for ((key, _), total) in record.amounts().zip(&reply.previous_totals) {
-                    if let Some(total) = total {
-                        given.entry(key).or_default().insert(*total);
+                for totals in [&reply.previous_totals, &reply.landed_totals] {
+                    for ((key, _), total) in record.amounts().zip(totals) {
+                        if let Some(total) = total {
+                            given.entry(key).or_default().insert(*total);
+                        }
                     }
                 }
             }
@@ -861,7 +893,7 @@ mod tests {
     const INTERVAL: Duration = Duration::from_secs(60);
 
     /// How a broken store breaks the protocol.
-    #[derive(Clone, Copy)]
+    #[derive(Clone, Copy, PartialEq, Eq)]
     enum Breakage {
         /// None: the memory store as it is.
         None,
@@ -872,6 +904,8 @@ mod tests {
         /// The first two entries' amounts are swapped: the flush adds what was sent, in all,
         /// but not to the keys it was sent for.
         SwapsAmounts,
+        /// A counter's reply says its interval held one more than it did, right after it.
+        OverstatesLanded,
     }
 
     struct Broken {
@@ -903,8 +937,16 @@ mod tests {
                     request.entries[0].amount = second;
                     request.entries[1].amount = first;
                 }
+                Breakage::OverstatesLanded => {}
             }
-            let reply = self.inner.flush(&request, report).now_or_never();
+            let mut reply = self.inner.flush(&request, report).now_or_never();
+            if self.breakage == Breakage::OverstatesLanded
+                && let Some(Ok(reply)) = &mut reply
+            {
+                for total in reply.landed_totals.iter_mut().flatten() {
+                    *total += 1;
+                }
+            }
             async move { reply.expect("the memory store answers at once") }
         }
     }
@@ -1025,6 +1067,17 @@ mod tests {
         assert_eq!(report.records().len(), 2);
         report.assert_all(Writes::Kept);
         report.assert_enough_evidence(1);
+    }
+
+    #[test]
+    #[should_panic(expected = "right after its flush in interval 0")]
+    fn a_total_of_its_own_interval_above_what_redis_held_is_caught() {
+        report(
+            Breakage::OverstatesLanded,
+            counter(&[(1, 3)]),
+            PerKey::counter(3),
+        )
+        .assert_landed_totals_understate();
     }
 
     #[test]

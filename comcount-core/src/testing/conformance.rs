@@ -204,6 +204,12 @@ checks! {
     returns_previous_totals =>
         "a reply carries the total of the interval before the store's",
         returns_previous_totals_steps, check_interval;
+    /// A counter's applied flush also carries the total of the interval it was counted in,
+    /// right after it ([`FlushReply::landed_totals`]), exact up to `i64::MAX`; a duplicate, a
+    /// fenced flush and a family's batch carry none.
+    returns_landed_totals =>
+        "an applied flush carries the total of its own interval, right after it",
+        returns_landed_totals_steps, check_interval;
     /// Requests outside the ranges of [`FlushRequest::check`] (sequence numbers, interval,
     /// expected interval, fence life, a counter's one entry, amounts) are refused with
     /// [`StoreErrorKind::Refused`] and write nothing.
@@ -939,6 +945,43 @@ async fn refuses_bad_requests_steps<S: Store>(run: Run<'_, S>) -> Result<(), Sli
         run.fail(format_args!(
             "refused requests were added: interval {n} holds {total:?}, where one flush of 5 \
              was applied"
+        ));
+    }
+    Ok(())
+}
+
+async fn returns_landed_totals_steps<S: Store>(run: Run<'_, S>) -> Result<(), Slipped> {
+    let (one, two, three) = (someone(), someone(), someone());
+    let n = run.aim(0).await?;
+    let mut landed = Vec::new();
+    for (who, amount) in [(one, 5), (two, 7), (three, FlushRequest::MAX_AMOUNT - 12)] {
+        let reply = run.flush(&run.single(who, 1, amount, n)).await;
+        run.expect(&reply, Outcome::Applied, n, "a flush to the interval")?;
+        landed.push(reply.landed_totals);
+    }
+    let expected = [5, 12, FlushRequest::MAX_AMOUNT].map(|t| vec![Some(t)]);
+    if landed != expected {
+        run.fail(format_args!(
+            "flushes of 5, 7 and i64::MAX - 12 in interval {n} brought back {landed:?} as \
+             their interval's totals, not {expected:?}"
+        ));
+    }
+    let replayed = run.flush(&run.single(one, 1, 5, n)).await;
+    let fenced = run.flush(&run.single(two, 2, 1, n)).await;
+    for (reply, what) in [(replayed, "a duplicate"), (fenced, "a fenced flush")] {
+        if !reply.landed_totals.is_empty() {
+            run.fail(format_args!(
+                "{what} brought back {:?} as its interval's totals, where nothing was added",
+                reply.landed_totals
+            ));
+        }
+    }
+    let batch = run.flush(&run.batch(0, one, 1, &[("a", 1)], n)).await;
+    run.expect(&batch, Outcome::Applied, n, "a family's batch")?;
+    if !batch.landed_totals.is_empty() {
+        run.fail(format_args!(
+            "a family's batch brought back {:?} as its interval's totals",
+            batch.landed_totals
         ));
     }
     Ok(())
