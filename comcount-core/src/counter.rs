@@ -94,7 +94,9 @@ impl Counter {
     /// The group's total over the last closed interval, or `None` when it is not known: before
     /// the first reply, when that interval had no total, when no reply refreshed it for two
     /// intervals (plus the round trip of the reply that brought it, up to three intervals), or
-    /// once the counter is closed or its worker has ended.
+    /// once the counter is closed or its worker has ended. A counter whose flush landed after
+    /// an interval it skipped knows, once the flush's own interval has ended, what that one
+    /// held right after the flush: a lower bound on its total, taken as the group's.
     pub fn group_total(&self) -> Option<u64> {
         self.slot.total.get()
     }

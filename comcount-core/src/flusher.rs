@@ -30,7 +30,7 @@ use crate::round_trip::RoundTrip;
 use crate::settings::Settings;
 use crate::shared::Shared;
 use crate::slow_alarm::SharedAlarm;
-use crate::store::{FlushRequest, Outcome, Store};
+use crate::store::{FlushReply, FlushRequest, Outcome, Store};
 use crate::timing::Timing;
 use crate::turns::Turns;
 use crate::watch::{Waited, Watch, stale_after};
@@ -121,7 +121,8 @@ enum Settled {
     /// Counted by the store in this interval.
     Counted {
         interval: u64,
-        /// Whether the reply brought a group total.
+        /// Whether the reply brought a group total: the interval's before, or, for a single
+        /// counter, its own.
         learnt: bool,
     },
     /// Not counted as far as this participant knows: back in the buffer, or reported dropped
@@ -614,7 +615,15 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 plan.next_copy = None;
             }
             Outcome::Applied | Outcome::Duplicate => {
-                self.refresh(reply.interval, &reply.previous_totals, round_trip);
+                let taken = self.refresh(reply.interval, &reply.previous_totals, round_trip);
+                // A counter that did not add to the interval before learns no total from this
+                // reply; it takes its own interval's once that has ended. (A total of 0 says
+                // nothing that an unknown one does not.)
+                let landed = self.landed_total(&reply);
+                if taken && reply.previous_total().is_none() && landed > 0 {
+                    self.watch
+                        .landed(landed, reply.interval, reply.phase, round_trip);
+                }
                 let interval = reply.counted_in.unwrap_or(reply.interval);
                 self.report.emit(Event::FlushCompleted {
                     interval,
@@ -624,7 +633,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 });
                 return Some(Settled::Counted {
                     interval,
-                    learnt: reply.previous_totals.iter().any(Option::is_some),
+                    learnt: reply.previous_totals.iter().any(Option::is_some) || landed > 0,
                 });
             }
             Outcome::Stale => {
@@ -655,6 +664,15 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             }
         }
         None
+    }
+
+    /// A single counter's total of the interval its flush was counted in, just after it; 0
+    /// when the store did not tell it.
+    fn landed_total(&self, reply: &FlushReply) -> u64 {
+        match reply.landed_totals.as_slice() {
+            &[Some(total)] if reply.outcome == Outcome::Applied => total,
+            _ => 0,
+        }
     }
 
     /// Whether a copy of the flush sent so far may have been counted in `interval`: a
@@ -746,10 +764,10 @@ impl<S: Store, T: Timer> Flusher<S, T> {
 
     /// Takes a reply's totals as the group's numbers, unless a later reply of another lane
     /// brought newer ones; the copy that brought them took `round_trip`, and ran in the
-    /// store's interval `interval`.
-    fn refresh(&mut self, interval: u64, totals: &[Option<u64>], round_trip: Duration) {
+    /// store's interval `interval`. Returns whether they were taken.
+    fn refresh(&mut self, interval: u64, totals: &[Option<u64>], round_trip: Duration) -> bool {
         if !self.lanes.newest_totals(interval, self.lane) {
-            return;
+            return false;
         }
         let now_ms = self.now_ms();
         // Not once closed: a reply that comes as the family closes must not bring a total
@@ -760,6 +778,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             .is_some();
         self.watch
             .refreshed(open && totals.iter().any(Option::is_some), round_trip);
+        true
     }
 
     /// What decides which keys the next flush takes, and which it forgets or evicts.

@@ -123,6 +123,18 @@ impl Lanes {
         true
     }
 
+    /// Whether a counter's total of `interval`, taken just after a flush counted there, is
+    /// the newest now that the interval has ended: no reply from a later interval brought
+    /// totals since. If so, the totals are from the interval after it from now on, so that a
+    /// later reply of another lane from `interval` or before is not taken over it.
+    pub(crate) fn ended(&self, interval: u64) -> bool {
+        if self.totals_from.load(Relaxed) > interval {
+            return false;
+        }
+        self.totals_from.store(interval.saturating_add(1), Relaxed);
+        true
+    }
+
     /// When the partition's totals go stale, while one is known.
     pub(crate) fn stale_at(&self) -> Option<Duration> {
         instant(self.stale_at.load(Relaxed))

@@ -7,6 +7,11 @@
 //! and no total is known anywhere. Counters that rest a few intervals after a pair keep the
 //! queue short for the others, and each pair then lands in consecutive intervals.
 //!
+//! A single counter's reply also carries its own interval's total
+//! ([`FlushReply::landed_totals`](crate::FlushReply::landed_totals)), which it takes once that
+//! interval has ended: each of its flushes brings a total, and it never rests. The turns are
+//! for a family's partitions, and for stores that do not report that total.
+//!
 //! The signal is the queue, not the round trip: the round trip less the least one seen
 //! lately, which is the path's and the store's own time. A store that is merely far away
 //! (every reply 150 ms late) queues nothing, and its counters never rest; nor does one whose

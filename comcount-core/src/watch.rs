@@ -25,6 +25,27 @@ pub(crate) struct Watch<T> {
     interval: Duration,
     /// When the partition's totals go stale, shared by its lanes.
     lanes: Arc<Lanes>,
+    /// A counter's total of the interval its last flush was counted in, waiting for that
+    /// interval to end.
+    landed: Option<Landed>,
+}
+
+/// A counter's total of the interval a flush was counted in, taken just after the flush: a
+/// lower bound on what that interval holds once it has ended, and so the group's total from
+/// then on, unless a reply brings the whole of it or a larger one is known. A lone counter
+/// whose flushes wait behind a queue seldom adds to two intervals in a row, and learns its
+/// total this way.
+#[derive(Clone, Copy, Debug)]
+struct Landed {
+    total: u64,
+    /// The store's interval the flush was counted in.
+    interval: u64,
+    /// When that interval has ended, on the timer, at the latest.
+    ends_at: Duration,
+    /// When the reply came.
+    at: Duration,
+    /// The round trip of the copy that brought it.
+    round_trip: Duration,
 }
 
 enum Woke<O> {
@@ -57,6 +78,67 @@ impl<T: Timer> Watch<T> {
             report,
             interval,
             lanes,
+            landed: None,
+        }
+    }
+
+    /// Notes a single counter's total of the interval `interval`, just after its flush was
+    /// counted there, `phase` into it by the store's clock; the copy took `round_trip`. It
+    /// becomes the group's total once the interval has ended, if nothing newer came by then.
+    pub(crate) fn landed(
+        &mut self,
+        total: u64,
+        interval: u64,
+        phase: Duration,
+        round_trip: Duration,
+    ) {
+        let at = self.timer.now();
+        // The flush ran before its reply came: its interval ends no later than this.
+        let ends_at = at + self.interval.saturating_sub(phase);
+        self.landed = Some(Landed {
+            total,
+            interval,
+            ends_at,
+            at,
+            round_trip,
+        });
+    }
+
+    /// Takes the landed total as the group's, once its interval has ended (by `now`), fresh
+    /// for as long as a reply's total that came with it would be: unless a reply from a later
+    /// interval was taken since, the counter is closed, it went stale meanwhile, or the total
+    /// known is as large.
+    fn take_landed(&mut self, now: Duration) {
+        let Some(landed) = self.landed.filter(|l| l.ends_at <= now) else {
+            return;
+        };
+        self.landed = None;
+        let fresh_until = landed.at + stale_after(self.interval, landed.round_trip);
+        if fresh_until <= now || !self.lanes.ended(landed.interval) {
+            return;
+        }
+        let at_ms = u64::try_from(landed.at.as_millis()).unwrap_or(u64::MAX);
+        let raised = self.shared.while_open(|| {
+            self.shared.keys.with_members(
+                self.partition,
+                |_| false,
+                |members| {
+                    let slot = members.first()?;
+                    if slot.total.get().is_some_and(|known| known >= landed.total) {
+                        return None;
+                    }
+                    slot.refresh(Some(landed.total), at_ms);
+                    Some(())
+                },
+            )
+        });
+        if raised.flatten().is_none() {
+            return;
+        }
+        if let Some(went_stale_at) = self.lanes.refreshed(landed.at, fresh_until) {
+            self.report.emit(Event::TotalFreshAgain {
+                stale_for: now.saturating_sub(went_stale_at),
+            });
         }
     }
 
@@ -89,8 +171,13 @@ impl<T: Timer> Watch<T> {
     ) -> Option<Waited<F::Output>> {
         let mut future = pin!(future);
         loop {
-            let wake_at = deadline.into_iter().chain(self.lanes.stale_at()).min();
             let now = self.timer.now();
+            self.take_landed(now);
+            let wake_at = deadline
+                .into_iter()
+                .chain(self.lanes.stale_at())
+                .chain(self.landed.map(|l| l.ends_at))
+                .min();
             let mut alarm = pin!(wake_at.map(|at| self.timer.sleep(at.saturating_sub(now))));
             let (shared, partition) = (&self.shared, self.partition);
             let woke = poll_fn(|cx| {
@@ -114,6 +201,7 @@ impl<T: Timer> Watch<T> {
                 (Woke::Done(output), _) => return Some(Waited::Done(output)),
                 (Woke::Stopped, _) => return None,
                 (Woke::Alarm, Some(at)) => {
+                    self.take_landed(at);
                     if self.lanes.take_stale_at(at) {
                         self.go_stale();
                     }

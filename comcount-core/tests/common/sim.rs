@@ -128,6 +128,9 @@ struct Inner {
     /// Per participant: when it last got a reply with a total, that total, and the round trip
     /// of the copy that brought it.
     last_reply: Vec<(u64, Duration, Option<u64>, Duration)>,
+    /// Per participant, each counter's total an applied flush brought of the interval it was
+    /// counted in: when that interval had ended for sure, when the total goes stale, the total.
+    landed: Vec<(u64, Duration, Duration, u64)>,
     /// Every total a participant received for a key: who, the key, the total.
     brought: std::collections::HashSet<(u64, Arc<str>, u64)>,
     /// Every copy a participant sent itself: who, when, and its sequence number.
@@ -226,6 +229,15 @@ impl SimStore {
             .rev()
             .find(|(p, ..)| *p == participant)
             .map(|(_, at, total, round_trip)| (*at, *total, *round_trip))
+    }
+
+    /// Whether an applied flush of the participant brought `total` as its interval's total
+    /// just after it, in an interval that has ended by now, and that total is not stale yet.
+    pub fn landed_and_fresh(&self, participant: u64, total: u64) -> bool {
+        let now = self.clock.now();
+        self.lock().landed.iter().any(|&(p, ends_at, stale_at, t)| {
+            p == participant && t == total && ends_at <= now && now < stale_at
+        })
     }
 
     /// Whether a reply the participant received brought `total` as the previous interval's
@@ -343,6 +355,12 @@ impl SimStore {
             inner
                 .last_reply
                 .push((participant, now, r.previous_total(), now - sent));
+            if let Some(Some(total)) = r.landed_totals.first() {
+                let interval = request.interval();
+                let ends_at = now + interval.saturating_sub(r.phase);
+                let stale_at = now + interval * 2 + (now - sent).min(interval * 3);
+                inner.landed.push((participant, ends_at, stale_at, *total));
+            }
         }
         reply
     }
