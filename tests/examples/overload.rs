@@ -640,10 +640,10 @@ fn print_header(settings: &Settings) {
     );
     println!();
     println!(
-        "| counters | rule | asked/s | applied/s | applied/asked | applied/capacity | applied/one-key | copies/s | resent copies | wrong-interval replies | error replies | EVALSHA/s | Redis CPU µs/applied | client CPU µs/applied | polls/applied | total known | ceiling of total known | counters that never knew it | longest gap (p99 of counters) | dropped | unsettled | `round trip slow` raised |"
+        "| counters | rule | asked/s | applied/s | applied/asked | applied/capacity | applied/one-key | copies/s | resent copies | wrong-interval replies | error replies | EVALSHA/s | Redis CPU µs/applied | client CPU µs/applied | polls/applied | total known | counters that never knew it | longest gap (p99 of counters) | dropped | unsettled | `round trip slow` raised |"
     );
     println!(
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
 }
 
@@ -663,7 +663,7 @@ fn print_row(row: &Row, interval: Duration, capacity: f64, one_key: f64) {
     let asked = row.counters as f64 / interval.as_secs_f64();
     let in_intervals = |ms: u64| ms as f64 / interval.as_millis() as f64;
     println!(
-        "| {} | {} | {:.0} | {:.0} | {:.1}% | {:.2} | {:.2} | {:.0} | {} ({:.1}%) | {} ({:.1}%) | {} | {:.0} | {:.1} | {:.1} | {:.2} | {:.1}% | {:.0}% | {:.1}% | {:.1} ({:.1}) intervals | {} | {} | {} |",
+        "| {} | {} | {:.0} | {:.0} | {:.1}% | {:.2} | {:.2} | {:.0} | {} ({:.1}%) | {} ({:.1}%) | {} | {:.0} | {:.1} | {:.1} | {:.2} | {:.1}% | {:.1}% | {:.1} ({:.1}) intervals | {} | {} | {} |",
         row.counters,
         row.rules.label(),
         asked,
@@ -682,7 +682,6 @@ fn print_row(row: &Row, interval: Duration, capacity: f64, one_key: f64) {
         row.client_cpu * 1e6 / applied.max(1) as f64,
         polls as f64 / applied.max(1) as f64,
         100.0 * row.known.share,
-        100.0 * known_ceiling(per_s(applied), asked),
         100.0 * row.known.never,
         in_intervals(row.longest_gap_ms),
         in_intervals(row.p99_gap_ms),
@@ -690,13 +689,6 @@ fn print_row(row: &Row, interval: Duration, capacity: f64, one_key: f64) {
         unsettled,
         slow,
     );
-}
-
-/// The most a lone counter can know its total, given what is applied: a counter that lands one
-/// flush every `L` intervals on average knows its total at most `2 / L` of the time (the
-/// README's ceiling, under "How a flush settles"), and `L` is what is asked over what is applied.
-fn known_ceiling(applied_per_s: f64, asked_per_s: f64) -> f64 {
-    (2.0 * applied_per_s / asked_per_s).min(1.0)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
