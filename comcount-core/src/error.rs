@@ -27,6 +27,22 @@ pub enum ConfigError {
         /// The prefix given.
         prefix: String,
     },
+    /// The name is longer than [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes: every flush
+    /// carries it in each of its keys.
+    NameTooLong {
+        /// The name's length in bytes.
+        len: usize,
+        /// The most it may be.
+        max: usize,
+    },
+    /// The prefix is longer than [`MAX_PREFIX_LEN`](crate::MAX_PREFIX_LEN) bytes: every
+    /// flush carries it in each of its keys.
+    PrefixTooLong {
+        /// The prefix's length in bytes.
+        len: usize,
+        /// The most it may be.
+        max: usize,
+    },
     /// The interval is shorter than 10 ms, too close to a round trip to the store.
     IntervalTooShort {
         /// The interval given.
@@ -105,6 +121,16 @@ impl fmt::Display for ConfigError {
                 f,
                 "the prefix {prefix:?} contains '{{' or '}}', which would make Redis Cluster \
                  hash the prefix instead of the counter's name: choose a prefix without braces"
+            ),
+            ConfigError::NameTooLong { len, max } => write!(
+                f,
+                "the counter name is {len} bytes long, more than {max}: every flush carries it \
+                 in each of its keys; choose a shorter name, or a hash of a long one"
+            ),
+            ConfigError::PrefixTooLong { len, max } => write!(
+                f,
+                "the prefix is {len} bytes long, more than {max}: every flush carries it in \
+                 each of its keys; choose a shorter prefix"
             ),
             ConfigError::IntervalTooShort { interval } => write!(
                 f,

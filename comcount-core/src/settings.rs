@@ -54,6 +54,25 @@ impl Default for FamilyChoice {
 /// The most partitions a family may have.
 pub(crate) const MAX_PARTITIONS: u32 = 1 << 16;
 
+/// The longest name of a counter or family, in bytes. Every flush carries the name in each of
+/// its keys, five or more of them: a longer one would cost every flush, every interval.
+///
+/// ```
+/// use std::time::Duration;
+/// use comcount_core::clock::VirtualClock;
+/// use comcount_core::{ConfigError, Counter, MAX_NAME_LEN, MemoryStore};
+///
+/// let name = "n".repeat(MAX_NAME_LEN + 1);
+/// let built = Counter::builder(name, Duration::from_secs(1))
+///     .build(MemoryStore::new(), VirtualClock::new());
+/// assert!(matches!(built, Err(ConfigError::NameTooLong { len: 257, max: 256 })));
+/// ```
+pub const MAX_NAME_LEN: usize = 256;
+
+/// The longest prefix of a counter's or family's keys, in bytes, for the same reason as
+/// [`MAX_NAME_LEN`].
+pub const MAX_PREFIX_LEN: usize = 256;
+
 /// The tick's settings as a builder holds them, before the checks.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct PolicyChoice {
@@ -132,6 +151,18 @@ impl Settings {
     ) -> Result<Self, ConfigError> {
         if name.is_empty() {
             return Err(ConfigError::EmptyName);
+        }
+        if name.len() > MAX_NAME_LEN {
+            return Err(ConfigError::NameTooLong {
+                len: name.len(),
+                max: MAX_NAME_LEN,
+            });
+        }
+        if prefix.len() > MAX_PREFIX_LEN {
+            return Err(ConfigError::PrefixTooLong {
+                len: prefix.len(),
+                max: MAX_PREFIX_LEN,
+            });
         }
         if name.contains(['{', '}']) {
             return Err(ConfigError::NameBreaksHashTag { name: name.into() });
@@ -240,6 +271,38 @@ mod tests {
         assert_eq!(s.policy.resend_window, Duration::from_secs(60));
         let long = Settings::new("r", "", Duration::from_secs(3600)).unwrap();
         assert_eq!(long.fence_ttl_ms, 3 * 3_600_000);
+    }
+
+    #[test]
+    fn names_and_prefixes_past_their_longest_are_refused() {
+        let ms = MIN_INTERVAL;
+        let longest = "n".repeat(MAX_NAME_LEN);
+        assert!(Settings::new(&longest, &"p".repeat(MAX_PREFIX_LEN), ms).is_ok());
+        let error = Settings::new(&format!("{longest}n"), "", ms).unwrap_err();
+        assert_eq!(
+            error,
+            ConfigError::NameTooLong {
+                len: MAX_NAME_LEN + 1,
+                max: MAX_NAME_LEN
+            }
+        );
+        assert!(
+            error.to_string().contains("choose a shorter name"),
+            "{error}"
+        );
+        let prefix = "p".repeat(MAX_PREFIX_LEN + 1);
+        let error = Settings::new("n", &prefix, ms).unwrap_err();
+        assert_eq!(
+            error,
+            ConfigError::PrefixTooLong {
+                len: MAX_PREFIX_LEN + 1,
+                max: MAX_PREFIX_LEN
+            }
+        );
+        assert!(
+            error.to_string().contains("choose a shorter prefix"),
+            "{error}"
+        );
     }
 
     #[test]
