@@ -123,16 +123,18 @@ impl<T: Timer> Watch<T> {
                 self.partition,
                 |_| false,
                 |members| {
-                    let slot = members.first()?;
-                    if slot.total.get().is_some_and(|known| known >= landed.total) {
-                        return None;
+                    let Some(slot) = members.first() else {
+                        return false;
+                    };
+                    let larger = slot.total.get().is_none_or(|known| known < landed.total);
+                    if larger {
+                        slot.refresh(Some(landed.total), at_ms);
                     }
-                    slot.refresh(Some(landed.total), at_ms);
-                    Some(())
+                    larger
                 },
             )
         });
-        if raised.flatten().is_none() {
+        if raised != Some(true) {
             return;
         }
         if let Some(went_stale_at) = self.lanes.refreshed(landed.at, fresh_until) {
