@@ -357,12 +357,22 @@ local function foreign(key, what)
     'program writing under this prefix? Delete the key or change the prefix')
 end
 
+-- Whether err, an error reply's text, is the server's own about the key's type or value: a
+-- key of another type, or a string that is no integer. Every other error (READONLY, OOM,
+-- NOREPLICAS, NOPERM, ...) is about the server, not the key, and goes back as it came.
+local function about_the_key(err)
+  return string.sub(err, 1, 10) == 'WRONGTYPE ' or string.find(err, 'not an integer', 1, true)
+end
+
 -- Reads a key with a command that fails on a key of another type: the reply, or nil and the
--- error reply naming the key.
+-- error reply, which names the key when it holds what this script never writes.
 local function read(what, command, key, ...)
   local reply = redis.pcall(command, key, ...)
   if type(reply) == 'table' and reply.err then
-    return nil, foreign(key, what)
+    if about_the_key(reply.err) then
+      return nil, foreign(key, what)
+    end
+    return nil, reply
   end
   return reply
 end
@@ -438,7 +448,10 @@ else
       return redis.error_reply('ERR comcount: the total of ' .. KEYS[slot] .. ' would ' ..
         'overflow past ' .. MAX_TOTAL .. '; nothing was written')
     end
-    return foreign(KEYS[slot], "a counter's total")
+    if about_the_key(total.err) then
+      return foreign(KEYS[slot], "a counter's total")
+    end
+    return total
   end
 end
 redis.call('PEXPIRE', KEYS[slot], 3 * interval)
