@@ -73,11 +73,11 @@ impl Builder<ForFamily> {
     ///
     /// Every participant of a family must use the same number: it decides which partition
     /// a key belongs to. A flush carries at most 1000 keys; take about one partition per 700
-    /// keys counted at once, so that a round trip carries many keys, a script run holds Redis
-    /// for well under a millisecond (the first of each interval, which sums the interval
-    /// before, about 0.2 µs more for each participant's amount it adds up), and a partition
-    /// that draws more keys than the others still fits in one flush. A partition with more keys than a flush carries
-    /// flushes them in turns, and their totals come less often.
+    /// keys counted at once, so that a round trip carries many keys and a partition that draws
+    /// more keys than the others still fits in one flush. A flush costs Redis a constant and a
+    /// term per key it carries, however many participants or keys the partition has. A
+    /// partition with more keys than a flush carries flushes them in turns, and their totals
+    /// come less often.
     pub fn partitions(mut self, partitions: u32) -> Self {
         self.kind.0.partitions = partitions;
         self

@@ -4,11 +4,10 @@
 //! `prefix{name}:n`, an integer, and each participant's fence under `prefix{name}:f:<id>`.
 //!
 //! A family keeps each of its partitions apart, under its own hash tag: partition `p` of the
-//! family `name` keeps interval `n` in one hash, `prefix{name@p}:n`, with a field per
-//! participant (its fence key) holding the amounts it added, and the totals summed from them
-//! under the field `""` once the interval has ended (see [`script`](crate::script)); each
-//! participant's fence is `prefix{name@p}:f:<id>`. A key belongs to the partition
-//! [`partition_of`] gives, which every participant computes alike.
+//! family `name` keeps interval `n` in one hash, `prefix{name@p}:n`, with a field per family
+//! key holding its total as an integer; each participant's fence is `prefix{name@p}:f:<id>`.
+//! A key belongs to the partition [`partition_of`] gives, which every participant computes
+//! alike.
 
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
@@ -21,8 +20,8 @@ use crate::store::ParticipantId;
 pub enum Layout {
     /// One integer per interval: a single counter's total.
     Counter,
-    /// One hash per interval, with a field per participant: the amounts of one partition of a
-    /// family, and their totals once the interval has ended.
+    /// One hash per interval, with a field per key holding its total: one partition of a
+    /// family.
     Family,
 }
 

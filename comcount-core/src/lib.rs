@@ -67,7 +67,6 @@ mod flusher;
 pub mod keys;
 mod lanes;
 mod memory;
-mod packed;
 mod registry;
 mod round_trip;
 pub mod script;

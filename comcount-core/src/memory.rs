@@ -19,11 +19,6 @@ const SWEEP_EVERY: u32 = 256;
 /// A [`Store`] in this process's memory, with the same outcomes, key names and expiry as the
 /// Redis stores.
 ///
-/// One difference: Redis sums a family's ended interval over several flushes when its
-/// participants sent more entries than one run of the script sums (6,000), and the replies
-/// before the last carry part of the totals. `MemoryStore` sums the interval at once, so its
-/// replies carry the whole totals from the first.
-///
 /// Use it where no Redis is wanted: participants in one process that share a `MemoryStore`
 /// (clones share one map) share totals, as participants on Redis do. It also stands in for
 /// Redis in your own unit tests, where a [`VirtualClock`](crate::clock::VirtualClock) makes

@@ -4,26 +4,23 @@
 //! The script takes the keys of [`FlushRequest::keys`] (five, or more for a further reach) and
 //! the arguments of [`arguments`], and answers with the outcome code, the server's interval
 //! number, its phase in milliseconds and the interval the flush is counted in (nil where there
-//! is none), then, unless the outcome is a wrong interval, the previous interval's totals: a
-//! counter's total, or a family partition's totals packed as [`unpack`] reads them (nil where
-//! there are none). An applied counter's flush adds its own interval's total right after it,
-//! an integer or, from 2^53 up, a string of digits.
-//! A store turns the fields it got from its client into [`Field`]s and hands them to
+//! is none), then, unless the outcome is a wrong interval, the previous interval's total of
+//! each entry, in the request's order (nil where there is none). An applied counter's flush
+//! adds its own interval's total right after it, an integer or, from 2^53 up, a string of
+//! digits. A store turns the fields it got from its client into [`Field`]s and hands them to
 //! [`decode`]; it never builds arguments or reads replies itself.
 //!
 //! The script checks its keys and arguments before anything else, against the ranges of
 //! [`FlushRequest::check`]; what it refuses it answers with an error reply that starts with
-//! `ERR comcount:`, having written nothing.
+//! `ERR comcount:`, having written nothing. An error the server gives the script's first write
+//! (`READONLY`, `OOM`, `NOREPLICAS`, `MISCONF`, `NOPERM`, ...) comes back as the server said it.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::error::StoreError;
 use crate::keys::Layout;
-use crate::packed;
 use crate::store::{FlushReply, FlushRequest, Outcome};
-use crate::tally::MAX;
 
 pub use crate::script_loader::ScriptLoader;
 
@@ -31,18 +28,16 @@ pub use crate::script_loader::ScriptLoader;
 pub const SOURCE: &str = include_str!("flush.lua");
 
 /// The script's arguments for `request`, in order: sequence number, interval (ms), expected
-/// interval, fence life (ms), layout (`c` for a counter, `f` for a family), then the entries:
-/// for a counter its empty key and its amount, for a family all of them packed into one
-/// argument (a MessagePack array of key and amount pairs, as [`unpack`] reads it).
+/// interval, fence life (ms), layout (`c` for a counter, `f` for a family), then each entry's
+/// key and amount (a counter's one key is empty).
 pub fn arguments(request: &FlushRequest) -> Vec<Cow<'static, [u8]>> {
-    let mut args = Vec::with_capacity(7);
+    let mut args = Vec::with_capacity(5 + 2 * request.entries.len());
     each_argument(request, |argument| args.push(Cow::Owned(argument.to_vec())));
     args
 }
 
 /// Hands each of the [`arguments`] to `argument`, in order, numbers written on the stack: for
-/// a store that copies them into its command as they come. A family's packed entries are the
-/// one argument made on the heap.
+/// a store that copies them into its command as they come.
 ///
 /// ```
 /// use comcount_core::{FlushRequest, KeySpace, ParticipantId, script};
@@ -68,21 +63,13 @@ pub fn each_argument(request: &FlushRequest, mut argument: impl FnMut(&[u8])) {
     ] {
         argument(decimal(n, &mut digits));
     }
-    match request.space.layout() {
-        Layout::Counter => {
-            argument(b"c");
-            for entry in &request.entries {
-                argument(entry.key.as_bytes());
-                argument(decimal(entry.amount, &mut digits));
-            }
-        }
-        Layout::Family => {
-            argument(b"f");
-            let entries = || request.entries.iter().map(|e| (&*e.key, e.amount));
-            let mut packed = Vec::with_capacity(packed::packed_len(entries()));
-            packed::pack(entries(), &mut packed);
-            argument(&packed);
-        }
+    argument(match request.space.layout() {
+        Layout::Counter => b"c",
+        Layout::Family => b"f",
+    });
+    for entry in &request.entries {
+        argument(entry.key.as_bytes());
+        argument(decimal(entry.amount, &mut digits));
     }
 }
 
@@ -97,41 +84,6 @@ fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
             return &digits[start..];
         }
     }
-}
-
-/// The key and amount pairs of one field of a family partition's interval hash, in the order
-/// they are packed: a participant's entries (the field named by its fence key), or the totals
-/// summed from them (the field `""`). A key may come more than once; its total is the sum.
-/// Every form of amount and key the flush script accepts is read.
-///
-/// For reading a family's numbers straight from Redis (`HGETALL` of an interval key):
-///
-/// ```
-/// use comcount_core::script;
-///
-/// // A MessagePack array: "acme", 3, "globex", 0.
-/// let field = b"\x94\xa4acme\x03\xa6globex\x00";
-/// assert_eq!(script::unpack(field)?, [("acme", 3), ("globex", 0)]);
-/// # Ok::<(), comcount_core::StoreError>(())
-/// ```
-///
-/// # Errors
-///
-/// A [`StoreError`] of kind [`Malformed`](crate::StoreErrorKind::Malformed) when `bytes` are
-/// not such pairs.
-pub fn unpack(bytes: &[u8]) -> Result<Vec<(&str, u64)>, StoreError> {
-    unpack_bytes(bytes)?
-        .into_iter()
-        .map(|(key, total)| {
-            std::str::from_utf8(key)
-                .map(|key| (key, total))
-                .map_err(|_| malformed("packed entries: a key that is not UTF-8".into()))
-        })
-        .collect()
-}
-
-fn unpack_bytes(bytes: &[u8]) -> Result<Vec<(&[u8], u64)>, StoreError> {
-    packed::unpack(bytes).map_err(|why| malformed(format!("packed entries: {why}")))
 }
 
 /// One field of the script's reply, as a client delivered it.
@@ -179,61 +131,38 @@ pub fn decode(request: &FlushRequest, fields: &[Field<'_>]) -> Result<FlushReply
             "outcome {outcome:?} in interval {interval} with counted_in {counted_in:?}"
         )));
     }
-    let layout = request.space.layout();
-    let (totals, landed_totals) = match (outcome, layout, totals) {
-        (Outcome::Applied, Layout::Counter, [totals, landed]) => {
-            (std::slice::from_ref(totals), vec![Some(int(landed)?)])
+    let entries = request.entries.len();
+    let (totals, landed) = match (outcome, request.space.layout()) {
+        (Outcome::WrongInterval, _) => (totals, &[][..]),
+        (Outcome::Applied, Layout::Counter) if totals.len() == entries + 1 => {
+            totals.split_at(entries)
         }
-        _ => (totals, Vec::new()),
+        _ => (totals, &[][..]),
     };
-    let previous_totals = match (outcome, totals) {
-        (Outcome::WrongInterval, []) => Vec::new(),
-        (Outcome::WrongInterval, _) => {
-            return Err(malformed(format!(
-                "a wrong interval with {} totals",
-                totals.len()
-            )));
-        }
-        (_, [totals]) => match layout {
-            Layout::Counter => vec![optional(totals)?],
-            Layout::Family => per_entry(request, totals)?,
-        },
-        _ => {
-            return Err(malformed(format!(
-                "outcome {outcome:?} with {} fields of totals, not 1",
-                totals.len()
-            )));
-        }
+    let expected = if outcome == Outcome::WrongInterval {
+        0
+    } else {
+        entries
     };
+    if totals.len() != expected {
+        return Err(malformed(format!(
+            "outcome {outcome:?} with {} totals for {entries} entries",
+            totals.len()
+        )));
+    }
     Ok(FlushReply::new(
         outcome,
         interval,
         Duration::from_millis(int(phase)?),
         counted_in,
     )
-    .with_totals(previous_totals)
-    .with_landed_totals(landed_totals))
-}
-
-/// A family's packed totals, one per entry of `request`, in its order.
-fn per_entry(request: &FlushRequest, totals: &Field<'_>) -> Result<Vec<Option<u64>>, StoreError> {
-    let bytes = match totals {
-        Field::Nil => return Ok(vec![None; request.entries.len()]),
-        Field::Bytes(bytes) => bytes,
-        Field::Int(n) => return Err(malformed(format!("family totals {n}, not packed"))),
-    };
-    // Keys are compared as bytes: one that is not UTF-8 is no entry's.
-    let pairs = unpack_bytes(bytes)?;
-    let mut sums: HashMap<&[u8], u64> = HashMap::with_capacity(pairs.len());
-    for (key, total) in pairs {
-        let sum = sums.entry(key).or_default();
-        *sum = sum.saturating_add(total).min(MAX);
-    }
-    Ok(request
-        .entries
-        .iter()
-        .map(|entry| sums.get(entry.key.as_bytes()).copied())
-        .collect())
+    .with_totals(totals.iter().map(optional).collect::<Result<_, _>>()?)
+    .with_landed_totals(
+        landed
+            .iter()
+            .map(|t| int(t).map(Some))
+            .collect::<Result<_, _>>()?,
+    ))
 }
 
 fn optional(field: &Field<'_>) -> Result<Option<u64>, StoreError> {
@@ -270,6 +199,7 @@ mod tests {
     use crate::ParticipantId;
     use crate::keys::KeySpace;
     use crate::store::Entry;
+    use crate::tally::MAX;
 
     fn counter() -> FlushRequest {
         FlushRequest::new(KeySpace::counter("", "c"), ParticipantId::from_u64(1), 4).with_amount(3)
@@ -354,46 +284,32 @@ mod tests {
 
     #[test]
     fn a_family_reply_carries_a_total_per_entry_in_order() {
-        let mut packed = Vec::new();
-        crate::packed::pack(
-            [("c", 0), ("a", 7), ("z", 1), ("a", 2)].into_iter(),
-            &mut packed,
-        );
-        let reply = decode(
-            &family(&["a", "b", "c"]),
-            &[
-                Field::Int(0),
-                Field::Int(5),
-                Field::Int(1),
-                Field::Int(5),
-                Field::Bytes(&packed),
-            ],
-        )
-        .unwrap();
-        // A key packed twice is the sum of both; one not packed has no total.
+        let applied = [Field::Int(0), Field::Int(5), Field::Int(1), Field::Int(5)];
+        let totals = [Field::Bytes(b"9"), Field::Nil, Field::Int(0)];
+        let reply = decode(&family(&["a", "b", "c"]), &[&applied[..], &totals].concat());
+        let reply = reply.unwrap();
         assert_eq!(reply.previous_totals, vec![Some(9), None, Some(0)]);
         assert_eq!(reply.previous_total(), Some(9));
+        assert!(reply.landed_totals.is_empty());
         let none = [
             Field::Int(3),
             Field::Int(5),
             Field::Int(1),
             Field::Nil,
             Field::Nil,
+            Field::Nil,
         ];
         let reply = decode(&family(&["a", "b"]), &none).unwrap();
         assert_eq!(reply.previous_totals, vec![None, None]);
-        // Totals past i64::MAX stop there.
-        let mut big = Vec::new();
-        crate::packed::pack([("a", MAX), ("a", MAX)].into_iter(), &mut big);
-        let applied = [Field::Int(0), Field::Int(5), Field::Int(1), Field::Int(5)];
-        let reply = decode(
-            &family(&["a"]),
-            &[&applied[..], &[Field::Bytes(&big)]].concat(),
-        );
-        assert_eq!(reply.unwrap().previous_totals, vec![Some(MAX)]);
-        for bad in [Field::Int(3), Field::Bytes(b"3")] {
-            let fields = [&applied[..], &[bad]].concat();
-            assert!(decode(&family(&["a"]), &fields).is_err(), "{bad:?}");
+        // One total for each entry, no more and no fewer, each an integer.
+        for bad in [
+            &[Field::Int(3)][..],
+            &[Field::Int(3), Field::Int(1), Field::Int(1)],
+            &[Field::Bytes(b"x"), Field::Nil],
+            &[Field::Int(-1), Field::Nil],
+        ] {
+            let fields = [&applied[..], bad].concat();
+            assert!(decode(&family(&["a", "b"]), &fields).is_err(), "{bad:?}");
         }
     }
 
@@ -461,9 +377,20 @@ mod tests {
         assert_eq!(request.window(), 4..=6);
         let batch = family(&["x", "y"]);
         let args: Vec<_> = arguments(&batch).into_iter().map(Cow::into_owned).collect();
-        assert_eq!(args.len(), 6);
-        assert_eq!(args[4], b"f");
-        assert_eq!(unpack(&args[5]).unwrap(), [("x", 1), ("y", 1)]);
+        assert_eq!(
+            args,
+            [
+                &b"1"[..],
+                b"4",
+                b"0",
+                b"600000",
+                b"f",
+                b"x",
+                b"1",
+                b"y",
+                b"1"
+            ]
+        );
         assert_eq!(batch.keys()[4], "{f@0}:f:0000000000000001");
     }
 
@@ -530,13 +457,12 @@ mod tests {
                 "check(4, 'fence life ms', '1', '{}')",
                 FlushRequest::MAX_FENCE_TTL_MS
             ),
-            "check(7, 'amount', '0', MAX_TOTAL)".to_owned(),
+            "check(5 + 2 * j, 'amount', '0', MAX_TOTAL)".to_owned(),
             format!("local MAX_TOTAL = '{}'", FlushRequest::MAX_AMOUNT),
             format!("local MAX_ENTRIES = {}\n", FlushRequest::MAX_ENTRIES),
             format!("local MAX_KEY_LEN = {}\n", FlushRequest::MAX_KEY_LEN),
             "if layout == 'c' then".to_owned(),
             "local family = layout == 'f'".to_owned(),
-            format!("local EXACT = {}\n", 1u64 << 53),
         ];
         for text in checks {
             assert_eq!(

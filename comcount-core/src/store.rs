@@ -142,9 +142,7 @@ pub struct FlushRequest {
     /// How long the participant's fence key lives after each applied flush, in milliseconds.
     /// The fence is what keeps a participant to one flush an interval, so it must outlive the
     /// interval: counters give it three intervals, ten minutes at least. Once it has expired,
-    /// a later flush of the same participant is applied even in the same interval, and on
-    /// Redis a family's then replaces that participant's entries for the interval rather than
-    /// adding to them.
+    /// a later flush of the same participant is applied even in the same interval.
     pub fence_ttl_ms: u64,
     /// What to add, key by key. A counter's flush has exactly one entry, with an empty key; a
     /// family's has from 1 to [`MAX_ENTRIES`](Self::MAX_ENTRIES); a key that comes more than
@@ -503,9 +501,8 @@ impl FlushReply {
 ///   pass `i64::MAX` refuses the flush; a family key's total stops at `i64::MAX`.
 /// - Key names and expiry follow [`FlushRequest::keys`]: in the [`Layout::Counter`] layout the
 ///   interval key holds an integer; in the [`Layout::Family`] layout a hash with a field per
-///   participant holding its entries, and the totals summed from them once the interval has
-///   ended (the [`script`](crate::script) module describes it). Either expires three intervals
-///   after each write, the fence after [`FlushRequest::fence_ttl_ms`].
+///   key holding its total as an integer. Either expires three intervals after each write, the
+///   fence after [`FlushRequest::fence_ttl_ms`].
 /// - The reply's [`previous_totals`](FlushReply::previous_totals) has one item per entry, in
 ///   the request's order, unless the outcome is [`Outcome::WrongInterval`].
 /// - A single counter's applied flush should bring its

@@ -109,8 +109,8 @@ impl<C: ConnectionLike + Clone + Send + Sync> Inspector for RedisInspector<C> {
                     // Expired since TYPE.
                     return None;
                 }
-                // Fields that are not a participant's entries (written by another program, in
-                // a test of the script's refusals) are shown as they are.
+                // Fields that are not totals (written by another program, in a test of the
+                // script's refusals) are shown as they are.
                 let fields = match family_totals(&hash) {
                     Ok(totals) => totals
                         .into_iter()
@@ -153,41 +153,22 @@ impl<C: ConnectionLike + Clone + Send + Sync> Inspector for RedisInspector<C> {
 }
 
 /// The totals of a family's interval key, read from its hash (`HGETALL`, field and value
-/// pairs) as Redis holds it: for each family key, the sum of what every participant's field
-/// holds for it (capped at `i64::MAX`, as the script caps it). The totals the script sums into
-/// its field `""`, and the record of what it summed in `"+"`, are left out, so that this is
-/// what was sent.
+/// pairs) as Redis holds it: each family key's field holds its total as an integer.
 ///
 /// # Errors
 ///
-/// When a participant's field is not packed entries.
+/// When a field is not an integer.
 pub fn family_totals(hash: &[(Vec<u8>, Vec<u8>)]) -> Result<BTreeMap<String, u64>, String> {
-    let mut totals = BTreeMap::new();
-    for (field, value) in hash {
-        if field.is_empty() || field == b"+" {
-            continue;
-        }
-        let entries = comcount_core::script::unpack(value)
-            .map_err(|e| format!("field {:?}: {e}", String::from_utf8_lossy(field)))?;
-        for (key, amount) in entries {
-            let total: &mut u64 = totals.entry(key.to_owned()).or_default();
-            *total = total.saturating_add(amount).min(i64::MAX as u64);
-        }
-    }
-    Ok(totals)
-}
-
-/// The totals the script has summed into a family interval key's field `""`, and whether it
-/// has summed every field (`"+"` is empty); `None` where it has summed nothing yet.
-pub fn summed_totals(hash: &[(Vec<u8>, Vec<u8>)]) -> Option<(BTreeMap<String, u64>, bool)> {
-    let field = |name: &[u8]| hash.iter().find(|(f, _)| f == name).map(|(_, v)| v);
-    let totals = field(b"")?;
-    let mut summed = BTreeMap::new();
-    for (key, total) in comcount_core::script::unpack(totals).expect("packed totals") {
-        let sum: &mut u64 = summed.entry(key.to_owned()).or_default();
-        *sum = sum.saturating_add(total).min(i64::MAX as u64);
-    }
-    Some((summed, field(b"+").is_some_and(|done| done.is_empty())))
+    hash.iter()
+        .map(|(field, value)| {
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            let total = std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or_else(|| format!("field {:?} holds {:?}", text(field), text(value)))?;
+            Ok((text(field), total))
+        })
+        .collect()
 }
 
 fn glob_escape(text: &str) -> String {

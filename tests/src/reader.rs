@@ -157,7 +157,7 @@ async fn read_round(
     }
 }
 
-/// What the interval key `n` of `space` held, as read: an integer, or a family hash summed.
+/// What the interval key `n` of `space` held, as read: an integer, or a family hash of totals.
 fn totals(space: &KeySpace, n: u64, value: redis::Value) -> Option<PerKey> {
     let key = space.interval(n);
     match space.layout() {

