@@ -189,6 +189,10 @@ pub struct SlotMove {
     pub primaries: Vec<Node>,
     /// How many keys were moved.
     pub moved: usize,
+    /// When the slot was open: importing on the target, migrating on the source.
+    pub opened: Instant,
+    /// When its keys were all on the target, just before the new owner was given to it.
+    pub closing: Instant,
     /// When every primary had been told of the new owner.
     pub done: Instant,
 }
@@ -198,6 +202,14 @@ pub struct SlotMove {
 /// at a time with `MIGRATE`, `pace` apart, then the new owner given to the target first, the
 /// source next, the other primaries last. `any` is the port of any node.
 pub async fn move_slot(any: u16, slot: u16, pace: Duration) -> SlotMove {
+    move_slot_held(any, slot, pace, Duration::ZERO).await
+}
+
+/// As [`move_slot`], with the slot held open (importing on the target, migrating on the
+/// source) for `hold` at least: its keys are moved one at a time, `pace` apart, and the new
+/// owner is given only once `hold` is over and the source holds none of them. A slow
+/// resharding, say of a slot with many keys, keeps a slot open that long.
+pub async fn move_slot_held(any: u16, slot: u16, pace: Duration, hold: Duration) -> SlotMove {
     let primaries = primaries(any).await;
     assert_eq!(primaries.len(), 3, "{primaries:?}");
     let source = primaries
@@ -224,6 +236,7 @@ pub async fn move_slot(any: u16, slot: u16, pace: Duration) -> SlotMove {
     )
     .await
     .unwrap();
+    let opened = Instant::now();
     let mut moved = 0;
     loop {
         let held = where_keys_are(&primaries, slot).await;
@@ -232,7 +245,11 @@ pub async fn move_slot(any: u16, slot: u16, pace: Duration) -> SlotMove {
             .find(|(_, port)| **port == source.port)
             .map(|(key, _)| key.clone())
         else {
-            break;
+            if opened.elapsed() >= hold {
+                break;
+            }
+            tokio::time::sleep(pace.min(hold.saturating_sub(opened.elapsed()))).await;
+            continue;
         };
         let target_port = target.port.to_string();
         let reply: redis::RedisResult<String> = command(
@@ -258,6 +275,7 @@ pub async fn move_slot(any: u16, slot: u16, pace: Duration) -> SlotMove {
         assert!(moved < 200, "the slot never emptied");
         tokio::time::sleep(pace).await;
     }
+    let closing = Instant::now();
     let mut order = vec![target.clone(), source.clone()];
     order.extend(
         primaries
@@ -279,6 +297,8 @@ pub async fn move_slot(any: u16, slot: u16, pace: Duration) -> SlotMove {
         target,
         primaries,
         moved,
+        opened,
+        closing,
         done: Instant::now(),
     }
 }

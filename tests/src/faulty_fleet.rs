@@ -146,6 +146,8 @@ pub struct FaultyFleet {
     /// Group totals the participants showed, by key, to be checked against the replies.
     shown: BTreeSet<(String, u64)>,
     stop: Arc<AtomicBool>,
+    /// Set to stop the counting threads alone, the reader going on ([`settle`](Self::settle)).
+    quiet: Arc<AtomicBool>,
     /// Each participant's counting thread, which returns what it counted, key by key.
     threads: Vec<thread::JoinHandle<Vec<u64>>>,
     reader: Option<JoinHandle<()>>,
@@ -183,6 +185,7 @@ impl FaultyFleet {
             reads: Reads::default(),
             shown: BTreeSet::new(),
             stop: Arc::default(),
+            quiet: Arc::default(),
             threads: Vec::new(),
             reader: None,
         }
@@ -380,13 +383,18 @@ impl FaultyFleet {
             Counting::Family(shape) => Arc::new(Zipf::new(shape.keys, shape.skew)),
         };
         for member in &self.members {
-            let (handle, stop) = (Arc::clone(&member.handle), Arc::clone(&self.stop));
+            let (handle, stop, quiet) = (
+                Arc::clone(&member.handle),
+                Arc::clone(&self.stop),
+                Arc::clone(&self.quiet),
+            );
+            let counting = move || !stop.load(Ordering::Relaxed) && !quiet.load(Ordering::Relaxed);
             let (keys, zipf) = (Arc::clone(&self.keys), Arc::clone(&zipf));
             self.threads.push(thread::spawn(move || {
                 let mut counted = vec![0; keys.len()];
                 match &*handle {
                     Handle::Counter(counter) => {
-                        while !stop.load(Ordering::Relaxed) {
+                        while counting() {
                             let amount = fastrand::u64(1..=5);
                             counted[0] += amount;
                             counter.increment(amount);
@@ -398,7 +406,7 @@ impl FaultyFleet {
                             *counted += 1;
                             family.increment(key, 1);
                         }
-                        while !stop.load(Ordering::Relaxed) {
+                        while counting() {
                             for _ in 0..BURST {
                                 let (rank, amount) = (zipf.sample(), fastrand::u64(1..=5));
                                 counted[rank] += amount;
@@ -430,6 +438,41 @@ impl FaultyFleet {
              {START_TIMEOUT:?} of starting: {times:?}"
         );
         tokio::time::sleep(self.interval * 2).await;
+    }
+
+    /// Stops counting, and waits until every participant has flushed all it counted and
+    /// has no copy of a flush in the air, at most `patience`, while the reader goes on: the
+    /// fleet's every unit is then settled, and [`finish`](Self::finish) finds none unsent and
+    /// gives none up at the close.
+    pub async fn settle(&self, patience: Duration) {
+        self.quiet.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + patience;
+        loop {
+            let counting = self.threads.iter().any(|t| !t.is_finished());
+            let unsent: Vec<String> = self
+                .members
+                .iter()
+                .flat_map(|m| {
+                    self.keys
+                        .iter()
+                        .map(move |key| (m, key, m.handle.buffered(key)))
+                        .filter(|(_, _, amount)| *amount > 0)
+                        .map(|(m, key, amount)| {
+                            format!("{} {}: {amount} of {key:?}", m.store, m.id)
+                        })
+                })
+                .collect();
+            let in_flight = self.records.tally().in_flight();
+            if !counting && unsent.is_empty() && in_flight == 0 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the fleet did not settle within {patience:?} of the end of counting: \
+                 {in_flight} copies in flight, still unsent: {unsent:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Where every participant's events stand now.

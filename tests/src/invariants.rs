@@ -735,6 +735,29 @@ impl Report {
         }
     }
 
+    /// What Redis was read to hold, key by key: the most read of each interval, summed over
+    /// the intervals.
+    pub fn held(&self) -> PerKey {
+        let mut held = PerKey::default();
+        for totals in self.highest().values() {
+            for (key, total) in totals {
+                held.add(key, *total);
+            }
+        }
+        held
+    }
+
+    /// What the participants counted and no longer held unsent at the end, key by key.
+    pub fn sent(&self) -> PerKey {
+        let mut sent = PerKey::default();
+        for p in &self.participants {
+            for (key, amount) in p.counted.iter() {
+                sent.add(key, amount - p.buffered.get(key));
+            }
+        }
+        sent
+    }
+
     /// The keys Redis was read to hold a total for, in any interval of any key space.
     pub fn keys_read(&self) -> BTreeSet<&str> {
         self.highest()
