@@ -9,8 +9,9 @@ use fred::error::{Error, ErrorKind};
 /// upper-case error code: the script did not write, since every check comes before its first
 /// write. One that says "not now" (see [`PASSING`]) → unavailable; any other (`ERR`, such as the
 /// script's own `ERR comcount: ...`, `OOM`, `NOPERM`, ...) → refused. A reply fred could not read
-/// → malformed. Everything else (connection lost, timed out, canceled, given up after its write
-/// attempts) leaves it unknown whether the flush ran. → unanswered.
+/// → malformed. Redirections run out ([`TOO_MANY_REDIRECTIONS`]) → unavailable. Everything
+/// else (connection lost, timed out, canceled, given up after its write attempts) leaves it
+/// unknown whether the flush ran. → unanswered.
 ///
 /// The store loads the script on the first `NOSCRIPT` and sends the `EVALSHA` again; only the
 /// `NOSCRIPT` of that second `EVALSHA` reaches this function.
@@ -19,6 +20,9 @@ pub(crate) fn classify(error: Error) -> StoreError {
         ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled => StoreError::unanswered(error),
         ErrorKind::Protocol | ErrorKind::Parse | ErrorKind::NotFound => {
             StoreError::malformed(error)
+        }
+        ErrorKind::Routing if error.details() == TOO_MANY_REDIRECTIONS => {
+            StoreError::unavailable(error)
         }
         _ if is_passing(&error) => StoreError::unavailable(error),
         _ if is_server_reply(&error) => StoreError::refused(error),
@@ -42,6 +46,12 @@ const PASSING: [&str; 10] = [
     "NOREPLICAS",
     "NOSCRIPT",
 ];
+
+/// fred's error for a command that the cluster redirected (`MOVED`, `ASK`) at every attempt
+/// until its redirections ran out: no attempt ran. It is what a flush gets while its slot is
+/// migrating and the old owner holds none of its keys: fred 10 sends the command after an `ASK`
+/// to the old owner again, which answers `ASK` again.
+const TOO_MANY_REDIRECTIONS: &str = "Too many redirections.";
 
 fn is_passing(error: &Error) -> bool {
     PASSING.contains(&code(error))
@@ -142,6 +152,18 @@ mod tests {
                 "LOADING Redis is loading the dataset in memory"
             ),
             StoreErrorKind::Unavailable
+        );
+    }
+
+    #[test]
+    fn redirections_run_out_are_unavailable() {
+        assert_eq!(
+            kind(ErrorKind::Routing, "Too many redirections."),
+            StoreErrorKind::Unavailable
+        );
+        assert_eq!(
+            kind(ErrorKind::Routing, "Failed to route command."),
+            StoreErrorKind::Unanswered
         );
     }
 
