@@ -8,6 +8,17 @@
 //! the last one has gone unanswered for the measured timeout (which then doubles), or when an
 //! answer proves that no copy was applied: a slow store gets fewer copies, not more.
 //!
+//! A copy the store turned away for now ([`Unavailable`](StoreErrorKind::Unavailable)) was not
+//! applied: another goes after a short backoff (a fiftieth of the interval, doubling up to half
+//! of one) for as long as the resend window lasts, the flush keeping its amount meanwhile. That
+//! carries a flush through a cluster slot held open by a resharding, which turns away every
+//! flush until the slot is given: the script declares the key of the interval after its aim,
+//! which no write has made yet, and a node migrating or importing the slot answers `TRYAGAIN`
+//! to a script whose keys it does not all hold. The first copy after the slot is given lands,
+//! and what was counted meanwhile goes in the next flush. The stores do not retry on their
+//! own: they have no timer, and a copy held in a store past the resend timeout would only
+//! bring more copies.
+//!
 //! The amount goes back to the buffer only when no copy was or ever can be applied. It is
 //! reported dropped only when the store refused it, and unsettled when whether it was counted
 //! cannot be known.
