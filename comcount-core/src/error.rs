@@ -297,7 +297,8 @@ pub enum StoreErrorKind {
     /// The store answered with an error before writing anything: the flush was not applied.
     Refused,
     /// The store turned the flush away for a passing reason (a cluster slot moving or failing
-    /// over, a server loading its data): nothing was written, and the same flush may be sent
+    /// over, a server loading its data, or refusing writes for now: a primary turned replica,
+    /// too few replicas, its memory full): nothing was written, and the same flush may be sent
     /// again.
     Unavailable,
     /// The store answered with something that is not a flush reply: whether it was applied is
@@ -325,6 +326,27 @@ impl StoreError {
     /// A flush the store refused before writing anything, caused by `source`.
     pub fn refused(source: impl Into<Box<dyn Error + Send + Sync + 'static>>) -> Self {
         Self::new(StoreErrorKind::Refused, source)
+    }
+
+    /// A flush the store refused because the user it connects as lacks a permission the flush
+    /// needs, caused by `source`, the server's own words: on Redis, an ACL's `NOPERM` for
+    /// `EVALSHA`, `SCRIPT LOAD` or the flush's keys, or the error a script gets for a command
+    /// the ACL denies it. Of kind [`Refused`](StoreErrorKind::Refused), nothing written; its
+    /// text says what to grant.
+    ///
+    /// ```
+    /// use comcount_core::{StoreError, StoreErrorKind};
+    ///
+    /// let error = StoreError::lacks_permission(
+    ///     "NOPERM User app has no permissions to run the 'evalsha' command",
+    /// );
+    /// assert_eq!(error.kind(), StoreErrorKind::Refused);
+    /// let text = error.to_string();
+    /// assert!(text.contains("'evalsha'"), "{text}");
+    /// assert!(text.contains("lacks a permission the flush needs"), "{text}");
+    /// ```
+    pub fn lacks_permission(source: impl Into<Box<dyn Error + Send + Sync + 'static>>) -> Self {
+        Self::refused(MissingPermission(source.into()))
     }
 
     /// A flush the store turned away for now, caused by `source`: see
@@ -359,9 +381,10 @@ impl StoreError {
     /// ```
     /// use comcount_core::StoreError;
     ///
-    /// let plain = StoreError::refused("OOM command not allowed when used memory > 'maxmemory'");
+    /// let plain = StoreError::refused("ERR comcount: fence {c}:f:1 is not a fence");
     /// assert!(!plain.may_have_applied());
-    /// let retried = StoreError::refused("OOM command not allowed").after_unseen_resends();
+    /// let retried = StoreError::refused("ERR comcount: fence {c}:f:1 is not a fence")
+    ///     .after_unseen_resends();
     /// assert!(retried.may_have_applied());
     /// assert!(!retried.worth_resending());
     /// ```
@@ -434,5 +457,89 @@ impl fmt::Display for StoreError {
 impl Error for StoreError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         Some(&*self.source)
+    }
+}
+
+/// What a store's user lacks for a flush (see [`StoreError::lacks_permission`]): the server's
+/// words, which name the command or say it is a key, and what to grant.
+#[derive(Debug)]
+struct MissingPermission(Box<dyn Error + Send + Sync + 'static>);
+
+/// The commands the flush script calls, which a Redis ACL must grant the store's user as it
+/// grants `EVALSHA` and `SCRIPT LOAD`.
+const SCRIPT_COMMANDS: &str = "TIME, GET, SET, INCRBY and PEXPIRE; for a family also EXISTS, \
+                               TYPE, HGET, HMGET, HKEYS and HSET";
+
+impl fmt::Display for MissingPermission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the Redis user lacks a permission the flush needs: {}; grant it EVALSHA, SCRIPT \
+             LOAD and the commands the flush script calls ({SCRIPT_COMMANDS}) on the counter's \
+             keys, as the README's ACL notes show (ACL LOG on the server names what it refused)",
+            self.0
+        )
+    }
+}
+
+impl Error for MissingPermission {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_permission_is_refused_with_the_servers_words_and_what_to_grant() {
+        let server = "ERR The user executing the script can't run this command or subcommand";
+        let error = StoreError::lacks_permission(server);
+        assert_eq!(error.kind(), StoreErrorKind::Refused);
+        assert!(!error.worth_resending());
+        let text = error.to_string();
+        for part in [
+            server,
+            "lacks a permission",
+            "grant it EVALSHA",
+            "INCRBY",
+            "ACL",
+        ] {
+            assert!(text.contains(part), "{part:?} missing from {text}");
+        }
+        let cause = error
+            .source()
+            .and_then(Error::source)
+            .map(ToString::to_string);
+        assert_eq!(cause.as_deref(), Some(server));
+    }
+
+    /// Every command the flush script calls is in the list the hint gives: a quoted upper-case
+    /// word of the script is a command, or an argument of one named here.
+    #[test]
+    fn the_hint_names_every_command_the_script_calls() {
+        const ARGUMENTS: [&str; 1] = ["PX"];
+        let source = crate::script::SOURCE;
+        let named: Vec<&str> = SCRIPT_COMMANDS
+            .split(|c: char| !c.is_ascii_uppercase())
+            .filter(|word| word.len() > 1)
+            .collect();
+        let mut seen = 0;
+        for (at, _) in source.match_indices('\'') {
+            let rest = &source[at + 1..];
+            let len = rest.bytes().take_while(u8::is_ascii_uppercase).count();
+            if len < 2 || !rest[len..].starts_with('\'') {
+                continue;
+            }
+            let quoted = &rest[..len];
+            seen += 1;
+            assert!(
+                named.contains(&quoted) || ARGUMENTS.contains(&quoted),
+                "the flush script calls {quoted}, which SCRIPT_COMMANDS (and the README's ACL \
+                 notes) must name"
+            );
+        }
+        assert!(seen >= 5, "found only {seen} commands in the script");
     }
 }
