@@ -3,11 +3,17 @@
 use comcount_core::StoreError;
 use redis::{ErrorKind, RedisError};
 
-/// Sorts a redis-rs error into the kinds of failure a flush can have.
+/// Sorts a redis-rs error into the kinds of failure a flush can have, by the server's error
+/// code: redis-rs gives the codes it knows as [`ErrorKind::Server`] and the others (`OOM`,
+/// `MISCONF`, `BUSY`, `NOREPLICAS`, ...) as [`ErrorKind::Extension`], and an error a command
+/// of the script got reaches it either way, with the code first.
 ///
 /// - An error reply from the server means the script did not write: every check of the script
-///   comes before its first write. One that says "not now" (see [`passing`]) → unavailable; any
-///   other (a script error such as `ERR comcount: ...` or an overflowing total, `NOPERM`, ...)
+///   comes before its first write, and the server's state that refuses a write (`READONLY`,
+///   `NOREPLICAS`, `OOM`, `MISCONF`) cannot change while a script runs, so it refuses the
+///   first. One that says "not now" (see [`PASSING`]) → unavailable.
+///   One that says the user lacks a permission (see [`lacks_permission`]) → refused, with what
+///   to grant. Any other (a script error such as `ERR comcount: ...` or an overflowing total)
 ///   → refused.
 /// - A reply that does not parse → malformed.
 /// - Everything else (connection lost, timed out, no node reachable, an error line whose first
@@ -19,35 +25,60 @@ use redis::{ErrorKind, RedisError};
 /// `NOSCRIPT` of that second `EVALSHA` reaches this function.
 pub(crate) fn classify(error: RedisError) -> StoreError {
     match error.kind() {
-        ErrorKind::Server(kind) if passing(kind) => StoreError::unavailable(error),
-        ErrorKind::Extension if error.code().is_some_and(|code| PASSING.contains(&code)) => {
-            StoreError::unavailable(error)
-        }
-        ErrorKind::Extension if !error.code().is_some_and(is_server_code) => {
-            StoreError::unanswered(error)
-        }
-        ErrorKind::Server(_) | ErrorKind::Extension => StoreError::refused(error),
+        ErrorKind::Server(_) | ErrorKind::Extension => match error.code() {
+            Some(code) if PASSING.contains(&code) => StoreError::unavailable(error),
+            Some(code) if lacks_permission(code, error.detail()) => {
+                StoreError::lacks_permission(error)
+            }
+            Some(code) if is_server_code(code) => StoreError::refused(error),
+            _ => StoreError::unanswered(error),
+        },
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => StoreError::malformed(error),
         _ => StoreError::unanswered(error),
     }
 }
 
-/// Server errors that say "not now" rather than "no", and that redis-rs knows by kind: a slot
-/// moving, a node failing over or loading (`LOADING` comes as `BusyLoading`), or the script
-/// missing again right after it was loaded (a failover or `SCRIPT FLUSH` in between). The
-/// script did not run, and the same flush may be sent again.
-fn passing(kind: redis::ServerErrorKind) -> bool {
-    use redis::ServerErrorKind::*;
-    matches!(
-        kind,
-        BusyLoading | Moved | Ask | TryAgain | ClusterDown | MasterDown | ReadOnly | NoScript
-    )
+/// Server error codes that say "not now" rather than "no". The script did not run, or was
+/// refused its first write, and the same flush may be sent again:
+///
+/// - a slot moving (`MOVED`, `ASK`, `TRYAGAIN`), a cluster or a node failing over or loading
+///   (`CLUSTERDOWN`, `MASTERDOWN`, `LOADING`), another script or function running (`BUSY`);
+/// - a primary turned replica (`READONLY`), too few replicas for a write (`NOREPLICAS`), the
+///   server's memory full under a `noeviction` policy (`OOM`), or its last save or AOF write
+///   failed (`MISCONF`): Redis refuses the first write of a script for each, which the script
+///   passes back as it came;
+/// - the script missing again right after it was loaded (a failover or `SCRIPT FLUSH` in
+///   between: `NOSCRIPT`).
+const PASSING: [&str; 12] = [
+    "MOVED",
+    "ASK",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "MASTERDOWN",
+    "LOADING",
+    "BUSY",
+    "READONLY",
+    "NOREPLICAS",
+    "OOM",
+    "MISCONF",
+    "NOSCRIPT",
+];
+
+/// Whether an error reply of `code` and `detail` says that the store's user lacks a
+/// permission: `NOPERM` (for `EVALSHA`, `SCRIPT LOAD` or a key of the flush), or the `ERR` a
+/// command of the script gets when the user's ACL denies it, which Redis 7.2 and later word
+/// `ACL failure in script: User ... has no permissions to run the '...' command`, and 7.0 and
+/// 7.1 `The user executing the script can't run this command or subcommand`.
+fn lacks_permission(code: &str, detail: Option<&str>) -> bool {
+    code == "NOPERM" || (code == "ERR" && detail.is_some_and(is_script_acl_denial))
 }
 
-/// The same for codes redis-rs does not know, which come as extension errors: `BUSY` (another
-/// script or function is running) and `NOREPLICAS` (too few replicas for a write, before any
-/// command of the script ran).
-const PASSING: [&str; 2] = ["BUSY", "NOREPLICAS"];
+/// Whether `detail`, an `ERR` reply's text after its code, is a script's command denied by
+/// the user's ACL.
+fn is_script_acl_denial(detail: &str) -> bool {
+    detail.starts_with("ACL failure in script")
+        || detail.starts_with("The user executing the script can't")
+}
 
 /// Whether `code`, an error line's first word, is a server's error code: upper-case letters.
 fn is_server_code(code: &str) -> bool {
@@ -56,7 +87,7 @@ fn is_server_code(code: &str) -> bool {
 
 /// Whether the server answered that it does not hold the script.
 pub(crate) fn is_no_script(error: &RedisError) -> bool {
-    error.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript)
+    error.code() == Some("NOSCRIPT")
 }
 
 #[cfg(test)]
@@ -103,17 +134,58 @@ mod tests {
     }
 
     #[test]
-    fn busy_and_noreplicas_are_unavailable() {
-        assert_eq!(
-            kind(
-                "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+    fn busy_and_a_refused_first_write_are_unavailable() {
+        for line in [
+            "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+            "NOREPLICAS Not enough good replicas to write.",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to \
+             persist to disk. Commands that may modify the data set are disabled",
+            "MISCONF Errors writing to the AOF file: No space left on device",
+            "READONLY You can't write against a read only replica.",
+            // As a family's redis.call passes them on: the code first, the script after.
+            "OOM command not allowed when used memory > 'maxmemory'. script: 5d1e, on \
+             @user_script:440.",
+            "READONLY You can't write against a read only replica. script: 5d1e, on \
+             @user_script:440.",
+        ] {
+            assert_eq!(kind(line), StoreErrorKind::Unavailable, "{line}");
+        }
+    }
+
+    #[test]
+    fn a_missing_permission_is_refused_saying_what_to_grant() {
+        for (line, names) in [
+            (
+                "NOPERM User app has no permissions to run the 'evalsha' command",
+                "'evalsha'",
             ),
-            StoreErrorKind::Unavailable
-        );
-        assert_eq!(
-            kind("NOREPLICAS Not enough good replicas to write."),
-            StoreErrorKind::Unavailable
-        );
+            (
+                "NOPERM this user has no permissions to access one of the keys used as arguments",
+                "keys",
+            ),
+            (
+                "ERR ACL failure in script: User app has no permissions to run the 'incrby' \
+                 command script: 5d1e, on @user_script:445.",
+                "'incrby'",
+            ),
+            (
+                "ERR The user executing the script can't run this command or subcommand script: \
+                 5d1e, on @user_script:440.",
+                "INCRBY",
+            ),
+        ] {
+            let error = classify(reply(line));
+            assert_eq!(error.kind(), StoreErrorKind::Refused, "{line}");
+            let text = error.to_string();
+            assert!(
+                text.contains("lacks a permission the flush needs"),
+                "{text}"
+            );
+            assert!(text.contains(names), "{names} missing from {text}");
+        }
+        let other = classify(reply("ERR comcount: fence {c}:f:1 is not a fence")).to_string();
+        assert!(!other.contains("permission the flush needs"), "{other}");
     }
 
     #[test]

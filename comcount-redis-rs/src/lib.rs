@@ -130,11 +130,17 @@
 //! # Errors
 //!
 //! A flush that fails never reaches the caller of `increment`; the counter reports it as
-//! `flush failed`. The store sorts redis-rs errors into the kinds of [`StoreErrorKind`]: an error
-//! reply that says "not now" (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `BUSY`,
-//! `NOREPLICAS`, ...) is [`Unavailable`](StoreErrorKind::Unavailable), sent again after a
-//! backoff; any other error reply (a script error, an overflowing total, `NOPERM`) is
-//! [`Refused`](StoreErrorKind::Refused), nothing written; a lost connection, a timeout or an
+//! `flush failed`. The store sorts redis-rs errors into the kinds of [`StoreErrorKind`] by the
+//! server's error code, whether redis-rs knows the code ([`redis::ErrorKind::Server`]) or not
+//! ([`redis::ErrorKind::Extension`]), and whether the server refused the `EVALSHA` or a
+//! command of the script got the error. An error reply that says "not now" (`MOVED`, `ASK`,
+//! `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `BUSY`), or that refuses the script's
+//! first write for the server's state (`READONLY`, `NOREPLICAS`, `OOM`, `MISCONF`), is
+//! [`Unavailable`](StoreErrorKind::Unavailable), sent again after a backoff. One that says the
+//! user lacks a permission (`NOPERM`, or the `ERR` a command of the script gets from the ACL)
+//! is [`Refused`](StoreErrorKind::Refused), and its text says what to grant (the README's ACL
+//! notes list it all). Any other error reply (a script error, an overflowing total) is
+//! [`Refused`](StoreErrorKind::Refused), nothing written. A lost connection, a timeout or an
 //! error line without an upper-case code (a proxy's, say) is
 //! [`Unanswered`](StoreErrorKind::Unanswered); a reply that is not the script's is
 //! [`Malformed`](StoreErrorKind::Malformed).

@@ -227,7 +227,7 @@ mod tests {
 
     /// The error line redis-rs makes an error of.
     fn refusal() -> redis::RedisError {
-        redis::parse_redis_value(b"-OOM command not allowed when used memory > 'maxmemory'.\r\n")
+        redis::parse_redis_value(b"-ERR comcount: fence {c}:f:1 is not a fence\r\n")
             .and_then(Value::extract_error)
             .expect_err("an error reply")
     }
