@@ -6,12 +6,18 @@ use fred::error::{Error, ErrorKind};
 /// Sorts a fred error into the kinds of failure a flush can have.
 ///
 /// fred reports an error reply from the server with its text, which starts with the server's
-/// upper-case error code: the script did not write, since every check comes before its first
-/// write. One that says "not now" (see [`PASSING`]) → unavailable; any other (`ERR`, such as the
-/// script's own `ERR comcount: ...`, `OOM`, `NOPERM`, ...) → refused. A reply fred could not read
-/// → malformed. Redirections run out ([`TOO_MANY_REDIRECTIONS`]) → unavailable. Everything
-/// else (connection lost, timed out, canceled, given up after its write attempts) leaves it
-/// unknown whether the flush ran. → unanswered.
+/// upper-case error code, whether the server refused the `EVALSHA` or a command of the script
+/// got it (the script's name and line come after). It chooses a kind from a few codes only
+/// (`MOVED`, `ASK` and `CLUSTERDOWN` are cluster errors, most are unknown), so the sorting
+/// goes by the code: the script did not write, since every check comes before its first
+/// write, and the server's state that refuses a write (`READONLY`, `NOREPLICAS`, `OOM`,
+/// `MISCONF`) cannot change while a script runs, so it refuses the first. One that says "not
+/// now" (see [`PASSING`]) → unavailable. One that says the user lacks a permission (see
+/// [`lacks_permission`]) → refused, with what to grant. Any other (`ERR`, such as the
+/// script's own `ERR comcount: ...`) → refused. A reply fred could not read → malformed.
+/// Redirections run out ([`TOO_MANY_REDIRECTIONS`]) → unavailable. Everything else (connection
+/// lost, timed out, canceled, given up after its write attempts) leaves it unknown whether the
+/// flush ran. → unanswered.
 ///
 /// The store loads the script on the first `NOSCRIPT` and sends the `EVALSHA` again; only the
 /// `NOSCRIPT` of that second `EVALSHA` reaches this function.
@@ -25,25 +31,35 @@ pub(crate) fn classify(error: Error) -> StoreError {
             StoreError::unavailable(error)
         }
         _ if is_passing(&error) => StoreError::unavailable(error),
+        _ if lacks_permission(&error) => StoreError::lacks_permission(error),
         _ if is_server_reply(&error) => StoreError::refused(error),
         _ => StoreError::unanswered(error),
     }
 }
 
-/// Server errors that say "not now" rather than "no": a slot moving, a node failing over or
-/// loading, another script running (`BUSY`), too few replicas for a write (`NOREPLICAS`), or the
-/// script missing again right after it was loaded (a failover or `SCRIPT FLUSH` in between). The
-/// script did not run, and the same flush may be sent again.
-const PASSING: [&str; 10] = [
-    "TRYAGAIN",
+/// Server error codes that say "not now" rather than "no". The script did not run, or was
+/// refused its first write, and the same flush may be sent again:
+///
+/// - a slot moving (`MOVED`, `ASK`, `TRYAGAIN`), a cluster or a node failing over or loading
+///   (`CLUSTERDOWN`, `MASTERDOWN`, `LOADING`), another script or function running (`BUSY`);
+/// - a primary turned replica (`READONLY`), too few replicas for a write (`NOREPLICAS`), the
+///   server's memory full under a `noeviction` policy (`OOM`), or its last save or AOF write
+///   failed (`MISCONF`): Redis refuses the first write of a script for each, which the script
+///   passes back as it came;
+/// - the script missing again right after it was loaded (a failover or `SCRIPT FLUSH` in
+///   between: `NOSCRIPT`).
+const PASSING: [&str; 12] = [
     "MOVED",
     "ASK",
+    "TRYAGAIN",
     "CLUSTERDOWN",
     "MASTERDOWN",
-    "READONLY",
     "LOADING",
     "BUSY",
+    "READONLY",
     "NOREPLICAS",
+    "OOM",
+    "MISCONF",
     "NOSCRIPT",
 ];
 
@@ -55,6 +71,24 @@ const TOO_MANY_REDIRECTIONS: &str = "Too many redirections.";
 
 fn is_passing(error: &Error) -> bool {
     PASSING.contains(&code(error))
+}
+
+/// Whether the error says that the store's user lacks a permission: `NOPERM` (for `EVALSHA`,
+/// `SCRIPT LOAD` or a key of the flush), or the `ERR` a command of the script gets when the
+/// user's ACL denies it, which Redis 7.2 and later word `ACL failure in script: User ... has
+/// no permissions to run the '...' command`, and 7.0 and 7.1 `The user executing the script
+/// can't run this command or subcommand`.
+fn lacks_permission(error: &Error) -> bool {
+    let text = error.details().trim_start();
+    match code(error) {
+        "NOPERM" => true,
+        "ERR" => {
+            let detail = text.strip_prefix("ERR").unwrap_or(text).trim_start();
+            detail.starts_with("ACL failure in script")
+                || detail.starts_with("The user executing the script can't")
+        }
+        _ => false,
+    }
 }
 
 /// Whether the error carries a server's error reply: its first word is an upper-case code.
@@ -111,19 +145,64 @@ mod tests {
     }
 
     #[test]
-    fn busy_and_noreplicas_are_unavailable() {
-        assert_eq!(
-            classify(reply(
-                "BUSY Redis is busy running a script. You can only call SCRIPT KILL or \
-                 SHUTDOWN NOSAVE."
-            ))
-            .kind(),
-            StoreErrorKind::Unavailable
-        );
-        assert_eq!(
-            classify(reply("NOREPLICAS Not enough good replicas to write.")).kind(),
-            StoreErrorKind::Unavailable
-        );
+    fn busy_and_a_refused_first_write_are_unavailable() {
+        for line in [
+            "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+            "NOREPLICAS Not enough good replicas to write.",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to \
+             persist to disk. Commands that may modify the data set are disabled",
+            "MISCONF Errors writing to the AOF file: No space left on device",
+            "READONLY You can't write against a read only replica.",
+            // As a family's redis.call passes them on: the code first, the script after.
+            "OOM command not allowed when used memory > 'maxmemory'. script: 5d1e, on \
+             @user_script:440.",
+            "READONLY You can't write against a read only replica. script: 5d1e, on \
+             @user_script:440.",
+        ] {
+            assert_eq!(
+                classify(reply(line)).kind(),
+                StoreErrorKind::Unavailable,
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_permission_is_refused_saying_what_to_grant() {
+        for (line, names) in [
+            (
+                "NOPERM User app has no permissions to run the 'evalsha' command",
+                "'evalsha'",
+            ),
+            (
+                "NOPERM this user has no permissions to access one of the keys used as arguments",
+                "keys",
+            ),
+            (
+                "ERR ACL failure in script: User app has no permissions to run the 'incrby' \
+                 command script: 5d1e, on @user_script:445.",
+                "'incrby'",
+            ),
+            (
+                "ERR The user executing the script can't run this command or subcommand script: \
+                 5d1e, on @user_script:440.",
+                "INCRBY",
+            ),
+        ] {
+            let error = classify(reply(line));
+            assert_eq!(error.kind(), StoreErrorKind::Refused, "{line}");
+            let text = error.to_string();
+            assert!(
+                text.contains("lacks a permission the flush needs"),
+                "{text}"
+            );
+            assert!(text.contains(names), "{names} missing from {text}");
+        }
+        for line in ["ERR comcount: fence {c}:f:1 is not a fence", "ERR"] {
+            let other = classify(reply(line)).to_string();
+            assert!(!other.contains("permission the flush needs"), "{other}");
+        }
     }
 
     #[test]

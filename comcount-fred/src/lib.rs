@@ -116,12 +116,18 @@
 //! # Errors
 //!
 //! A flush that fails never reaches the caller of `increment`; the counter reports it as
-//! `flush failed`. An error reply that says "not now" (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
-//! `LOADING`, `BUSY`, `NOREPLICAS`, ...) is [`Unavailable`](StoreErrorKind::Unavailable), sent
-//! again after a backoff; any other error reply (a script error, an overflowing total,
-//! `NOPERM`) is [`Refused`](StoreErrorKind::Refused), nothing written; a lost connection, a
-//! timeout or a command fred gave up on is [`Unanswered`](StoreErrorKind::Unanswered); a reply
-//! that is not the script's is [`Malformed`](StoreErrorKind::Malformed).
+//! `flush failed`. fred gives an error reply as its text, the server's error code first, whether
+//! the server refused the `EVALSHA` or a command of the script got the error; the store sorts
+//! it by that code. An error reply that says "not now" (`MOVED`, `ASK`, `TRYAGAIN`,
+//! `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `BUSY`), or that refuses the script's first write
+//! for the server's state (`READONLY`, `NOREPLICAS`, `OOM`, `MISCONF`), is
+//! [`Unavailable`](StoreErrorKind::Unavailable), sent again after a backoff. One that says the
+//! user lacks a permission (`NOPERM`, or the `ERR` a command of the script gets from the ACL)
+//! is [`Refused`](StoreErrorKind::Refused), and its text says what to grant (the README's ACL
+//! notes list it all). Any other error reply (a script error, an overflowing total) is
+//! [`Refused`](StoreErrorKind::Refused), nothing written. A lost connection, a timeout or a
+//! command fred gave up on is [`Unanswered`](StoreErrorKind::Unanswered); a reply that is not
+//! the script's is [`Malformed`](StoreErrorKind::Malformed).
 //!
 //! fred drops a connection on a `CLUSTERDOWN` reply and hands that reply to every command still
 //! waiting on it, some of which may have run. The counter allows for it: a flush with a copy
