@@ -505,4 +505,32 @@ mod tests {
                 .is_err()
         );
     }
+
+    /// Every command the flush script calls is in the list the hint gives: a quoted upper-case
+    /// word of the script is a command, or an argument of one named here.
+    #[test]
+    fn the_hint_names_every_command_the_script_calls() {
+        const ARGUMENTS: [&str; 1] = ["PX"];
+        let source = SOURCE;
+        let named: Vec<&str> = crate::error::SCRIPT_COMMANDS
+            .split(|c: char| !c.is_ascii_uppercase())
+            .filter(|word| word.len() > 1)
+            .collect();
+        let mut seen = 0;
+        for (at, _) in source.match_indices('\'') {
+            let rest = &source[at + 1..];
+            let len = rest.bytes().take_while(u8::is_ascii_uppercase).count();
+            if len < 2 || !rest[len..].starts_with('\'') {
+                continue;
+            }
+            let quoted = &rest[..len];
+            seen += 1;
+            assert!(
+                named.contains(&quoted) || ARGUMENTS.contains(&quoted),
+                "the flush script calls {quoted}, which SCRIPT_COMMANDS (and the README's ACL \
+                 notes) must name"
+            );
+        }
+        assert!(seen >= 5, "found only {seen} commands in the script");
+    }
 }
