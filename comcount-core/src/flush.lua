@@ -88,7 +88,7 @@ end
 
 -- Whether s is a plain decimal integer: digits only, no sign, no leading zero.
 local function plain(s)
-  return s == '0' or string.match(s, '^[1-9]%d*$') ~= nil
+  return s == '0' or string.find(s, '^[1-9]%d*$') ~= nil
 end
 
 -- A shortened copy of s for an error message.
@@ -102,7 +102,8 @@ end
 -- Checks ARGV[i] against min ..= max (digit strings); returns nil or an error reply.
 local function check(i, name, min, max)
   local s = ARGV[i]
-  if plain(s) and not greater(min, s) and not greater(s, max) then
+  -- min is '0' or '1', so the pattern (no '0') and the shorter length decide most at once.
+  if (s == min or string.find(s, '^[1-9]%d*$')) and (#s < #max or not greater(s, max)) then
     return nil
   end
   return redis.error_reply('ERR comcount: ARGV[' .. i .. '] (' .. name .. ') is ' .. quote(s) ..
@@ -210,7 +211,8 @@ if n > 0 then
     previous, err = run(what, 'HMGET', KEYS[n - expect + reach + 1], unpack(fields))
   else
     previous[1], err = run(what, 'GET', KEYS[n - expect + reach + 1])
-    if previous[1] and not (plain(previous[1]) and not greater(previous[1], MAX_TOTAL)) then
+    local total = previous[1]
+    if total and not ((#total < 19 or not greater(total, MAX_TOTAL)) and plain(total)) then
       err = foreign(KEYS[n - expect + reach + 1], what)
     end
   end
