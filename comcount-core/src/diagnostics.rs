@@ -11,7 +11,8 @@
 //! | info | `total fresh again` | `counter`, `stale_for` (ms) |
 //! | info | `flush lanes changed` | `counter`, `lanes`, `round_trip` (ms), `interval` (ms) |
 //! | info | `counter started` | `counter`, `interval` (ms), `prefix`, `store` |
-//! | info | `counter stopped` | `counter` |
+//! | warn | `key refused` | `counter`, `reason` (`empty`, `too_long`, `full`), `calls` |
+//! | info, warn | `counter stopped` | `counter`, `unsent`; warn when `unsent` is above 0 |
 //! | debug | `flush completed` | `counter`, `interval` (number), `amount`, `keys`, `count` |
 //! | debug | `script loaded` | `counter`, `sha` |
 //! | debug | `copy resent` | `counter`, `reason`, `copy`, `error` (when `reason` is `failed`) |
@@ -119,7 +120,12 @@ pub enum Event<'a> {
     /// [`Counter::close`](crate::Counter::close), when the last handle was dropped, or when the
     /// [`Worker`](crate::Worker) was dropped before it ended (its runtime shut down, or a panic
     /// unwound through it). Nothing flushes the counter after it.
-    CounterStopped,
+    CounterStopped {
+        /// The units still in its buffers, over all its keys, that were never sent and now
+        /// never will be: counted since the last flush, or put back from a flush that was
+        /// certainly not counted. 0 after a flush that took everything.
+        unsent: u64,
+    },
     /// A flush was counted by the store.
     FlushCompleted {
         /// The interval number it was counted in.
@@ -188,6 +194,15 @@ pub enum Event<'a> {
     ScriptLoaded {
         /// The script's SHA-1.
         sha: &'a str,
+    },
+    /// [`Family::increment`](crate::Family::increment) was given keys it could not count, for
+    /// one reason: said at most once an interval, with how many calls it refused since the last
+    /// time. Nothing of those calls was counted.
+    KeyRefused {
+        /// Why: `empty`, `too_long`, or `full` (a new key past the family's cap).
+        reason: &'static str,
+        /// How many calls were refused for it.
+        calls: u64,
     },
     /// After [`TotalWentStale`](Event::TotalWentStale), a reply brought a total again: said
     /// once each time a stale total recovers.
@@ -292,11 +307,13 @@ impl Event<'_> {
     pub fn level(&self) -> Level {
         match self {
             Event::FlushFailed { .. } => Level::Error,
-            Event::TotalWentStale { .. }
+            Event::CounterStopped { unsent } if *unsent > 0 => Level::Warn,
+            Event::KeyRefused { .. }
+            | Event::TotalWentStale { .. }
             | Event::RoundTripSlow { .. }
             | Event::StoreCaveat { .. } => Level::Warn,
             Event::CounterStarted { .. }
-            | Event::CounterStopped
+            | Event::CounterStopped { .. }
             | Event::RoundTripNormal { .. }
             | Event::FlushLanesChanged { .. } => Level::Info,
             Event::FlushCompleted { .. } | Event::ScriptLoaded { .. } => Level::Debug,
@@ -312,7 +329,7 @@ impl Event<'_> {
         match self {
             Event::CounterStarted { .. } => "counter started",
             Event::StoreCaveat { .. } => "store caveat",
-            Event::CounterStopped => "counter stopped",
+            Event::CounterStopped { .. } => "counter stopped",
             Event::FlushCompleted { .. } => "flush completed",
             Event::FlushFailed { .. } => "flush failed",
             Event::TotalWentStale { .. } => "total went stale",
@@ -321,6 +338,7 @@ impl Event<'_> {
             Event::FlushLanesChanged { .. } => "flush lanes changed",
             Event::ScriptLoaded { .. } => "script loaded",
             Event::TotalFreshAgain { .. } => "total fresh again",
+            Event::KeyRefused { .. } => "key refused",
             Event::CopyResent { .. } => "copy resent",
             Event::FlushAnswered { .. } => "flush answered",
         }
@@ -344,7 +362,7 @@ impl Event<'_> {
                 f("store", Value::Str(store));
                 f("caveat", Value::Str(caveat));
             }
-            Event::CounterStopped => {}
+            Event::CounterStopped { unsent } => f("unsent", Value::U64(*unsent)),
             Event::FlushCompleted {
                 interval,
                 amount,
@@ -392,6 +410,10 @@ impl Event<'_> {
             }
             Event::ScriptLoaded { sha } => f("sha", Value::Str(sha)),
             Event::TotalFreshAgain { stale_for } => f("stale_for", ms(stale_for)),
+            Event::KeyRefused { reason, calls } => {
+                f("reason", Value::Str(reason));
+                f("calls", Value::U64(*calls));
+            }
             Event::CopyResent {
                 reason,
                 copy,

@@ -62,15 +62,36 @@ impl Family {
     /// Counts `amount` for `key` and returns the best lower bound on the group's count for
     /// it now. An existing key is found without a lock or an allocation; a new one is added.
     ///
+    /// A key that cannot be counted (empty, longer than
+    /// [`FlushRequest::MAX_KEY_LEN`](crate::FlushRequest::MAX_KEY_LEN) bytes, or new once the family holds its [`max_keys`](crate::builder::Builder::max_keys))
+    /// is counted nowhere: the call returns `amount`, its own count, which claims nothing of
+    /// the group, and the family reports the refused calls as `key refused`, at most once an
+    /// interval. So a key that comes from a client (an IP, an API key) can never make it
+    /// panic; [`try_increment`](Family::try_increment) returns the error instead.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use comcount_core::{Family, MemoryStore, clock::VirtualClock};
+    /// let (family, _worker) = Family::builder("calls", Duration::from_secs(1))
+    ///     .max_keys(1)
+    ///     .build(MemoryStore::new(), VirtualClock::new())?;
+    /// assert_eq!(family.increment("a", 1), 1);
+    /// assert_eq!(family.increment("b", 2), 2); // past the cap: not counted
+    /// assert_eq!(family.increment("", 3), 3); // empty: not counted
+    /// assert_eq!(family.count("b"), 0);
+    /// # Ok::<(), comcount_core::ConfigError>(())
+    /// ```
+    ///
     /// # Panics
     ///
-    /// Where [`try_increment`](Family::try_increment) returns an error: an empty or over-long
-    /// key, a new key past the cap, or an amount that cannot be counted.
+    /// Where the amount cannot be counted, as [`Counter::increment`](crate::Counter::increment)
+    /// panics.
     #[inline]
     #[track_caller]
     pub fn increment(&self, key: &str, amount: u64) -> u64 {
         match self.try_increment(key, amount) {
             Ok(count) => count,
+            Err(error) if self.life.0.refuse_key(&error) => amount,
             Err(error) => panic!("{error}"),
         }
     }

@@ -259,6 +259,10 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                 return Some(());
             }
             let settled = self.flush().await?;
+            if self.partition == 0 && self.lane == 0 {
+                // At most once an interval: a partition flushes at most once in each.
+                report_refused_keys(&self.shared, &self.report);
+            }
             self.tell_alarm_awaiting(None);
             self.batch.release(Arc::make_mut(&mut self.request));
             let added_before = self.last_added;
@@ -807,6 +811,11 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     fn now_ms(&self) -> u64 {
         millis(self.timer.now())
     }
+}
+
+/// Reports the calls of a family's `increment` refused for their key since the last report.
+pub(crate) fn report_refused_keys(shared: &Shared, report: &Reporter) {
+    shared.take_refused_keys(|reason, calls| report.emit(Event::KeyRefused { reason, calls }));
 }
 
 fn millis(d: Duration) -> u64 {

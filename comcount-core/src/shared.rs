@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::task::AtomicWaker;
 
 use crate::clock::Clock;
+use crate::error::KeyError;
 use crate::registry::Registry;
 use crate::slot::Slot;
 use crate::tally::Refusal;
@@ -34,6 +35,21 @@ pub(crate) struct Shared {
     gate_holder: AtomicU64,
     /// Each flush loop's waker, woken on the first increment and on close.
     loops: LoopWakers,
+    /// Calls to a family's `increment` refused for their key since the last report, by reason.
+    refused: [AtomicU64; KEY_REFUSALS.len()],
+}
+
+/// The reasons a key is refused, as `key refused` names them, in the order of
+/// [`refusal_index`].
+const KEY_REFUSALS: [&str; 3] = ["empty", "too_long", "full"];
+
+fn refusal_index(error: &KeyError) -> Option<usize> {
+    match error {
+        KeyError::Empty => Some(0),
+        KeyError::TooLong { .. } => Some(1),
+        KeyError::Full { .. } => Some(2),
+        _ => None,
+    }
 }
 
 impl Shared {
@@ -49,6 +65,7 @@ impl Shared {
             gate: Mutex::new(()),
             gate_holder: AtomicU64::new(0),
             loops,
+            refused: Default::default(),
         }
     }
 
@@ -78,6 +95,35 @@ impl Shared {
     /// Makes every key's group total unknown.
     pub(crate) fn forget_totals(&self) {
         self.keys.for_each(|slot| slot.total.set(None));
+    }
+
+    /// Notes a call refused for its key, to be reported by the background task, which it starts
+    /// if need be. Whether `error` is about the key (and not the amount).
+    #[cold]
+    pub(crate) fn refuse_key(&self, error: &KeyError) -> bool {
+        let Some(index) = refusal_index(error) else {
+            return false;
+        };
+        self.refused[index].fetch_add(1, Ordering::Relaxed);
+        self.start();
+        true
+    }
+
+    /// Takes the refused calls noted since the last take: each reason with a count above 0.
+    pub(crate) fn take_refused_keys(&self, mut f: impl FnMut(&'static str, u64)) {
+        for (reason, calls) in KEY_REFUSALS.iter().zip(&self.refused) {
+            if calls.load(Ordering::Relaxed) > 0 {
+                f(reason, calls.swap(0, Ordering::Relaxed));
+            }
+        }
+    }
+
+    /// The units in every key's buffer, not sent yet.
+    pub(crate) fn unsent(&self) -> u64 {
+        let mut unsent = 0u64;
+        self.keys
+            .for_each(|slot| unsent = unsent.saturating_add(slot.buffer.get()));
+        unsent
     }
 
     /// Whether [`close`](Shared::close) was called.

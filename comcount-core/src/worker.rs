@@ -111,8 +111,9 @@ pub(crate) struct Tick<S, T> {
 
 /// Ends the background task's life however it ends (stopped, panicking in a store or a
 /// diagnostics sink, or dropped with its runtime): the group's totals become unknown, since
-/// nothing refreshes them after, and `counter stopped` is reported, unless the diagnostics
-/// sink is what panicked.
+/// nothing refreshes them after, and `counter stopped` is reported with what was never sent,
+/// unless the diagnostics sink is what panicked. It is the last thing the task drops, after
+/// its flushes in the air have put back what they certainly did not count.
 struct StopOnExit {
     shared: Arc<Shared>,
     report: Reporter,
@@ -122,7 +123,9 @@ impl Drop for StopOnExit {
     fn drop(&mut self) {
         self.shared.forget_totals();
         if !self.report.sink_panicked() {
-            self.report.emit(Event::CounterStopped);
+            crate::flusher::report_refused_keys(&self.shared, &self.report);
+            let unsent = self.shared.unsent();
+            self.report.emit(Event::CounterStopped { unsent });
         }
     }
 }

@@ -122,6 +122,99 @@ fn a_counter_closed_then_its_worker_run_out_says_stopped_once() {
     );
 }
 
+/// What a stopped counter never sent is said as it stops, each unit once: what was counted
+/// since the last flush is `unsent`; a flush that close cut short is reported apart, as
+/// `flush failed` (unsettled here: the client might still replay a copy of it).
+#[test]
+fn counter_stopped_says_what_was_never_sent() {
+    let clock = VirtualClock::new();
+    let store = ScriptedStore::new(clock.clone());
+    let recorder = Recorder::new();
+    let (counter, mut pool) = spawned("unsent", store.clone(), &clock, recorder.clone());
+    counter.increment(1);
+    run_virtual_until(&mut pool, &clock, INTERVAL * 3);
+    assert_eq!(counter.buffered(), 0);
+    store.then([(); 50].map(|()| Action::Fail(|| StoreError::unavailable("not now"))));
+    counter.increment(4);
+    run_virtual_until(&mut pool, &clock, INTERVAL * 5);
+    assert!(store.calls() >= 3, "no flush of the 4 went out");
+    counter.increment(2);
+    counter.close();
+    pool.run_until_stalled();
+    let stopped = recorder.with_message("counter stopped");
+    assert_eq!(stopped.len(), 1, "{:?}", recorder.messages());
+    assert_eq!(stopped[0].attribute("unsent"), Some("2"));
+    assert_eq!(stopped[0].level, comcount_core::diagnostics::Level::Warn);
+    assert_eq!(one_failure(&recorder), ("0".into(), "4".into()));
+}
+
+/// A counter closed before its worker ever ran sent nothing: all of it is `unsent`.
+#[test]
+fn a_counter_closed_before_it_flushed_says_all_of_it_was_never_sent() {
+    let clock = VirtualClock::new();
+    let recorder = Recorder::new();
+    let store = MemoryStore::with_clock(clock.clone());
+    let (counter, mut pool) = spawned("early", store, &clock, recorder.clone());
+    counter.increment(9);
+    counter.close();
+    pool.run_until_stalled();
+    let stopped = recorder.with_message("counter stopped");
+    assert_eq!(stopped.len(), 1, "{:?}", recorder.messages());
+    assert_eq!(stopped[0].attribute("unsent"), Some("9"));
+}
+
+/// A family's keys a client controls cannot make `increment` panic: an empty key, one too
+/// long and a new one past the cap each return the call's own amount, count nothing, and are
+/// reported once an interval with how many calls were refused.
+#[test]
+fn a_family_refuses_keys_it_cannot_count_without_panicking() {
+    let clock = VirtualClock::new();
+    let store = MemoryStore::with_clock(clock.clone());
+    let recorder = Recorder::new();
+    let mut pool = LocalPool::new();
+    let (family, worker) = Family::builder("hostile", INTERVAL)
+        .max_keys(2)
+        .diagnostics(recorder.clone())
+        .build(store.clone(), clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    let long = "k".repeat(FlushRequest::MAX_KEY_LEN + 1);
+    assert_eq!(family.increment("", 3), 3);
+    assert_eq!(family.increment(&long, 4), 4);
+    assert_eq!(family.increment("a", 1), 1);
+    assert_eq!(family.increment("b", 1), 1);
+    for i in 0..10 {
+        assert_eq!(family.increment(&format!("new{i}"), 5), 5);
+    }
+    assert_eq!(family.len(), 2);
+    run_virtual_until(&mut pool, &clock, INTERVAL * 2);
+    let refused: Vec<(String, String)> = recorder
+        .with_message("key refused")
+        .iter()
+        .map(|r| {
+            let attribute = |name| r.attribute(name).unwrap().to_owned();
+            (attribute("reason"), attribute("calls"))
+        })
+        .collect();
+    let expected = [("empty", "1"), ("too_long", "1"), ("full", "10")]
+        .map(|(r, c)| (r.to_owned(), c.to_owned()));
+    assert_eq!(refused, expected);
+    // Nothing of the refused calls was counted.
+    let mut counted = std::collections::BTreeMap::new();
+    for (key, total) in store.keys().iter().flat_map(|key| store.fields(key)) {
+        *counted.entry(key).or_insert(0) += total;
+    }
+    let counted: Vec<_> = counted.into_iter().collect();
+    assert_eq!(counted, [("a".to_owned(), 1), ("b".to_owned(), 1)]);
+    // Refused again after the report: reported again, not before the next flush.
+    family.increment("", 1);
+    family.close();
+    pool.run_until_stalled();
+    let last = recorder.with_message("key refused");
+    assert_eq!(last.len(), 4);
+    assert_eq!(last[3].attribute("calls"), Some("1"));
+}
+
 /// The one `flush failed` event, with its `dropped` and `unsettled` amounts.
 fn one_failure(events: &Recorder) -> (String, String) {
     let failed = events.with_message("flush failed");

@@ -14,6 +14,8 @@ use super::{Diagnostics, Event, outcome_name};
 /// | `comcount_resends_total` | counter | `counter`, `reason` | copies of flushes sent again, by reason: `unanswered`, `failed`, `wrong_interval`, `fenced` (from `copy resent`) |
 /// | `comcount_units_dropped_total` | counter | `counter` | units given up and certainly not counted (`flush failed`'s `dropped`) |
 /// | `comcount_units_unsettled_total` | counter | `counter` | units given up that may or may not have been counted (`flush failed`'s `unsettled`) |
+/// | `comcount_keys_refused_total` | counter | `counter`, `reason` | a family's `increment` calls refused for their key: `empty`, `too_long`, `full` (from `key refused`) |
+/// | `comcount_units_unsent_at_stop_total` | counter | `counter` | units still in the buffers when the counter stopped, never sent (`counter stopped`'s `unsent`) |
 /// | `comcount_flush_round_trip_seconds` | histogram | `counter` | each answered copy's round trip |
 /// | `comcount_total_stale` | gauge | `counter` | 1 from `total went stale` until `total fresh again`, 0 otherwise; for a family, how many of its partitions' totals are stale |
 /// | `comcount_round_trip_slow` | gauge | `counter` | 1 from `round trip slow` until `round trip normal`, 0 otherwise |
@@ -46,6 +48,8 @@ const FLUSHES: &str = "comcount_flushes_total";
 const RESENDS: &str = "comcount_resends_total";
 const DROPPED: &str = "comcount_units_dropped_total";
 const UNSETTLED: &str = "comcount_units_unsettled_total";
+const KEYS_REFUSED: &str = "comcount_keys_refused_total";
+const UNSENT: &str = "comcount_units_unsent_at_stop_total";
 const ROUND_TRIP: &str = "comcount_flush_round_trip_seconds";
 const STALE: &str = "comcount_total_stale";
 const SLOW: &str = "comcount_round_trip_slow";
@@ -79,6 +83,12 @@ impl Diagnostics for MetricsDiagnostics {
                 counter!(DROPPED, "counter" => name.clone()).increment(dropped);
                 counter!(UNSETTLED, "counter" => name).increment(unsettled);
             }
+            Event::KeyRefused { reason, calls } => {
+                counter!(KEYS_REFUSED, "counter" => name, "reason" => reason).increment(calls);
+            }
+            Event::CounterStopped { unsent } => {
+                counter!(UNSENT, "counter" => name).increment(unsent);
+            }
             Event::TotalWentStale { .. } => gauge!(STALE, "counter" => name).increment(1.0),
             Event::TotalFreshAgain { .. } => gauge!(STALE, "counter" => name).decrement(1.0),
             Event::RoundTripSlow { .. } => gauge!(SLOW, "counter" => name).set(1.0),
@@ -109,6 +119,16 @@ fn describe() {
         UNSETTLED,
         Unit::Count,
         "Units given up that may or may not have been counted."
+    );
+    describe_counter!(
+        KEYS_REFUSED,
+        Unit::Count,
+        "Calls to a family's increment refused for their key, by reason."
+    );
+    describe_counter!(
+        UNSENT,
+        Unit::Count,
+        "Units still in the buffers when the counter stopped, never sent."
     );
     describe_histogram!(
         ROUND_TRIP,

@@ -10,7 +10,7 @@ use super::{Diagnostics, Event, Level};
 /// use comcount_core::diagnostics::{Diagnostics, Event, Recorder};
 ///
 /// let recorder = Recorder::new();
-/// recorder.record("requests", &Event::CounterStopped);
+/// recorder.record("requests", &Event::CounterStopped { unsent: 0 });
 /// assert_eq!(recorder.messages(), ["counter stopped"]);
 /// assert_eq!(recorder.records()[0].counter, "requests");
 /// ```

@@ -350,7 +350,7 @@ mod tests {
                 store: "redis-rs",
                 caveat: "never reconnects",
             },
-            Event::CounterStopped,
+            Event::CounterStopped { unsent: 3 },
             Event::FlushCompleted {
                 interval: 1,
                 amount: 2,
