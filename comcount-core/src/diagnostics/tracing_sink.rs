@@ -42,6 +42,8 @@ struct Fields<'a> {
     stale_for: Option<u64>,
     copy: Option<u64>,
     lanes: Option<u64>,
+    unsent: Option<u64>,
+    calls: Option<u64>,
     prefix: Option<&'a str>,
     store: Option<&'a str>,
     key: Option<&'a str>,
@@ -74,6 +76,8 @@ impl<'a> Fields<'a> {
             "stale_for" => &mut self.stale_for,
             "copy" => &mut self.copy,
             "lanes" => &mut self.lanes,
+            "unsent" => &mut self.unsent,
+            "calls" => &mut self.calls,
             _ => return self.take_other(name, value),
         };
         match value {
@@ -132,6 +136,8 @@ macro_rules! event_at {
             stale_for = f.stale_for,
             copy = f.copy,
             lanes = f.lanes,
+            unsent = f.unsent,
+            calls = f.calls,
             prefix = f.prefix,
             store = f.store,
             key = f.key,
@@ -382,6 +388,10 @@ mod tests {
             Event::ScriptLoaded { sha: "abc" },
             Event::TotalFreshAgain {
                 stale_for: Duration::from_secs(1),
+            },
+            Event::KeyRefused {
+                reason: "full",
+                calls: 7,
             },
             Event::CopyResent {
                 reason: crate::diagnostics::ResendReason::Failed,
