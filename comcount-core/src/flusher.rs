@@ -36,6 +36,7 @@ use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter, ResendReason};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::flight::{Answer, Flight};
+use crate::keys::Layout;
 use crate::lanes::{self, Lanes, Opener, Start};
 use crate::round_trip::RoundTrip;
 use crate::settings::Settings;
@@ -682,10 +683,16 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     }
 
     /// A single counter's total of the interval its flush was counted in, just after it; 0
-    /// when the store did not tell it.
+    /// when the store did not tell it, and for a family's flush, whose partition holds many
+    /// keys' totals: a store that told one would give it to whichever key comes first.
     fn landed_total(&self, reply: &FlushReply) -> u64 {
         match reply.landed_totals.as_slice() {
-            &[Some(total)] if reply.outcome == Outcome::Applied => total,
+            &[Some(total)]
+                if reply.outcome == Outcome::Applied
+                    && self.request.space.layout() == Layout::Counter =>
+            {
+                total
+            }
             _ => 0,
         }
     }

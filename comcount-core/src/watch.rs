@@ -203,7 +203,9 @@ impl<T: Timer> Watch<T> {
                 (Woke::Done(output), _) => return Some(Waited::Done(output)),
                 (Woke::Stopped, _) => return None,
                 (Woke::Alarm, Some(at)) => {
-                    self.take_landed(at);
+                    // Now, not the time the alarm was set for: a worker that ran late must
+                    // not take a total that went stale while it waited.
+                    self.take_landed(self.timer.now());
                     if self.lanes.take_stale_at(at) {
                         self.go_stale();
                     }

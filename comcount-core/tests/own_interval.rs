@@ -97,3 +97,107 @@ fn a_counter_that_finds_no_total_before_takes_its_own_intervals_once_it_has_ende
         "{known} samples known, {unknown} unknown"
     );
 }
+
+/// Answers the first flush as [`NothingBefore`] does, and never answers another.
+#[derive(Clone)]
+struct AnswersOnce(NothingBefore);
+
+impl Store for AnswersOnce {
+    fn name(&self) -> &str {
+        "answers-once"
+    }
+
+    async fn flush(
+        &self,
+        request: &FlushRequest,
+        report: &Reporter,
+    ) -> Result<FlushReply, StoreError> {
+        if self.0.replies.lock().unwrap().is_empty() {
+            self.0.flush(request, report).await
+        } else {
+            std::future::pending().await
+        }
+    }
+}
+
+/// A worker that stalls past the time its landed total would have gone stale does not take it
+/// when it runs again: whether it is still fresh is decided by the time the worker runs, not
+/// by the time its alarm was set for. (Taken, it would be the group's total until the same
+/// run of the worker found it stale.)
+#[test]
+fn a_landed_total_gone_stale_during_a_stall_is_not_taken() {
+    let clock = VirtualClock::new();
+    let store = NothingBefore {
+        clock: clock.clone(),
+        replies: Arc::default(),
+    };
+    let recorder = comcount_core::diagnostics::Recorder::new();
+    let mut pool = LocalPool::new();
+    let (counter, worker) = Counter::builder("stalled", INTERVAL)
+        .diagnostics(recorder.clone())
+        .build(AnswersOnce(store.clone()), clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    counter.increment(5);
+    // Up to the first reply, which brings its own interval's total of 5.
+    let mut step = 0;
+    while store.replies.lock().unwrap().is_empty() {
+        step += 1;
+        assert!(step < 100, "no flush was answered");
+        run_virtual_until(&mut pool, &clock, Duration::from_millis(step));
+    }
+    assert_eq!(counter.group_total(), None);
+    // The worker does not run for five intervals, far past the two (and the round trip) for
+    // which the total would be fresh, then runs at once.
+    clock.advance_to(clock.now() + INTERVAL * 5);
+    pool.run_until_stalled();
+    assert_eq!(counter.group_total(), None);
+    let messages = recorder.messages();
+    assert!(
+        !messages.contains(&"total went stale") && !messages.contains(&"total fresh again"),
+        "the stale landed total was taken: {messages:?}"
+    );
+}
+
+/// Answers as a [`MemoryStore`](comcount_core::MemoryStore), and tells a family's applied
+/// flush an own interval's total too, which the flush protocol gives only a single counter.
+#[derive(Clone)]
+struct LandedForEveryLayout(comcount_core::MemoryStore<VirtualClock>);
+
+impl Store for LandedForEveryLayout {
+    fn name(&self) -> &str {
+        "landed-for-every-layout"
+    }
+
+    async fn flush(
+        &self,
+        request: &FlushRequest,
+        report: &Reporter,
+    ) -> Result<FlushReply, StoreError> {
+        let reply = self.0.flush(request, report).await?;
+        Ok(match reply.outcome {
+            Outcome::Applied => reply.with_landed_totals(vec![Some(99)]),
+            _ => reply,
+        })
+    }
+}
+
+/// A store that tells a family's flush an own interval's total does not give it to a key: a
+/// partition holds many keys' totals, and one number is none of theirs.
+#[test]
+fn a_familys_flush_takes_no_landed_total() {
+    let clock = VirtualClock::new();
+    let store = LandedForEveryLayout(comcount_core::MemoryStore::with_clock(clock.clone()));
+    let mut pool = LocalPool::new();
+    let (family, worker) = comcount_core::Family::builder("tenants", INTERVAL)
+        .build(store, clock.clone())
+        .unwrap();
+    pool.spawner().spawn_local(worker).unwrap();
+    family.increment("acme", 1);
+    // Sampled every 5 ms over three intervals: the only total there is, is the 1 counted.
+    for step in 1..=60u64 {
+        run_virtual_until(&mut pool, &clock, Duration::from_millis(step * 5));
+        let total = family.group_total("acme");
+        assert!(total <= Some(1), "at {:?}: {total:?}", clock.now());
+    }
+}
