@@ -1,5 +1,8 @@
-//! Focused schedules, each one written to fail for a change of the engine that the broader
-//! tests let through or caught only by chance: the mutation runs of TESTING.md name them.
+//! How a flush settles under faults, one schedule at a time: turned-away copies the client
+//! retries on its own, refusals after them, unanswered copies thinning out, the resend window
+//! running out, and a close or a fence passing a flush in the air. Each was written to fail
+//! for a change of the engine that the broader tests let through or caught only by chance
+//! (the mutation runs of TESTING.md name them).
 //!
 //! Each runs one participant on virtual time against the simulated store and checks that
 //! every unit incremented is accounted for once: counted, buffered, dropped or reported
