@@ -86,6 +86,94 @@ fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
     }
 }
 
+/// What a server's error reply to a flush says of it, by the reply's code (its first word) and
+/// the text after it. Every check of the script comes before its first write, so an error
+/// reply means nothing was written. Each Redis store sorts its client's errors with it, so that
+/// both sort a reply alike:
+///
+/// ```
+/// use comcount_core::StoreErrorKind;
+/// use comcount_core::script::ServerReply;
+///
+/// let sorted = |line: &str| {
+///     let (code, detail) = line.split_once(' ').unwrap_or((line, ""));
+///     ServerReply::of(code, detail).map(|reply| reply.error(line.to_owned()).kind())
+/// };
+/// assert_eq!(sorted("OOM command not allowed"), Some(StoreErrorKind::Unavailable));
+/// assert_eq!(sorted("ERR comcount: ARGV[1] ..."), Some(StoreErrorKind::Refused));
+/// assert_eq!(sorted("NOPERM no permissions to run the 'evalsha' command"), Some(StoreErrorKind::Refused));
+/// assert_eq!(sorted("not a server's line"), None);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum ServerReply {
+    /// "Not now": the same flush may be sent again ([`NOT_NOW`](Self::NOT_NOW)).
+    NotNow,
+    /// The store's Redis user lacks a permission the flush needs: `NOPERM` (for `EVALSHA`,
+    /// `SCRIPT LOAD` or a key of the flush), or the `ERR` a command of the script gets when the
+    /// user's ACL denies it, which Redis 7.2 and later word `ACL failure in script: ...`, and
+    /// 7.0 and 7.1 `The user executing the script can't run this command or subcommand`.
+    LacksPermission,
+    /// Any other: the script's own `ERR comcount: ...`, an overflowing total, ...
+    Refused,
+}
+
+impl ServerReply {
+    /// Codes that say "not now" rather than "no": the script did not run, or was refused its
+    /// first write, and the same flush may be sent again. A slot moving (`MOVED`, `ASK`,
+    /// `TRYAGAIN`); a cluster or a node failing over or loading (`CLUSTERDOWN`, `MASTERDOWN`,
+    /// `LOADING`); another script or function running (`BUSY`); a primary turned replica
+    /// (`READONLY`), too few replicas for a write (`NOREPLICAS`), the server's memory full
+    /// under a `noeviction` policy (`OOM`), or its last save or AOF write failed (`MISCONF`),
+    /// for each of which Redis refuses a script's first write, which the script passes back as
+    /// it came; the script missing again right after it was loaded (`NOSCRIPT`, after a
+    /// failover or a `SCRIPT FLUSH`).
+    pub const NOT_NOW: [&'static str; 12] = [
+        "MOVED",
+        "ASK",
+        "TRYAGAIN",
+        "CLUSTERDOWN",
+        "MASTERDOWN",
+        "LOADING",
+        "BUSY",
+        "READONLY",
+        "NOREPLICAS",
+        "OOM",
+        "MISCONF",
+        "NOSCRIPT",
+    ];
+
+    /// Sorts the error reply whose code is `code` and whose text after it is `detail`; `None`
+    /// when `code` is no server's error code (two upper-case letters or more), such as a line
+    /// a proxy in the way wrote after the command went on: whether the flush ran is unknown.
+    pub fn of(code: &str, detail: &str) -> Option<Self> {
+        if code.len() < 2 || !code.bytes().all(|b| b.is_ascii_uppercase()) {
+            return None;
+        }
+        let detail = detail.trim_start();
+        Some(if Self::NOT_NOW.contains(&code) {
+            Self::NotNow
+        } else if code == "NOPERM"
+            || (code == "ERR"
+                && (detail.starts_with("ACL failure in script")
+                    || detail.starts_with("The user executing the script can't")))
+        {
+            Self::LacksPermission
+        } else {
+            Self::Refused
+        })
+    }
+
+    /// The store error for this reply, with `source` (the client's error) as its cause.
+    pub fn error(self, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
+        match self {
+            Self::NotNow => StoreError::unavailable(source),
+            Self::LacksPermission => StoreError::lacks_permission(source),
+            Self::Refused => StoreError::refused(source),
+        }
+    }
+}
+
 /// One field of the script's reply, as a client delivered it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[non_exhaustive]

@@ -1,6 +1,7 @@
 //! What a fred error says about a flush: whether it can have been applied.
 
 use comcount_core::StoreError;
+use comcount_core::script::ServerReply;
 use fred::error::{Error, ErrorKind};
 
 /// Sorts a fred error into the kinds of failure a flush can have.
@@ -9,15 +10,10 @@ use fred::error::{Error, ErrorKind};
 /// upper-case error code, whether the server refused the `EVALSHA` or a command of the script
 /// got it (the script's name and line come after). It chooses a kind from a few codes only
 /// (`MOVED`, `ASK` and `CLUSTERDOWN` are cluster errors, most are unknown), so the sorting
-/// goes by the code: the script did not write, since every check comes before its first
-/// write, and the server's state that refuses a write (`READONLY`, `NOREPLICAS`, `OOM`,
-/// `MISCONF`) cannot change while a script runs, so it refuses the first. One that says "not
-/// now" (see [`PASSING`]) → unavailable. One that says the user lacks a permission (see
-/// [`lacks_permission`]) → refused, with what to grant. Any other (`ERR`, such as the
-/// script's own `ERR comcount: ...`) → refused. A reply fred could not read → malformed.
-/// Redirections run out ([`TOO_MANY_REDIRECTIONS`]) → unavailable. Everything else (connection
-/// lost, timed out, canceled, given up after its write attempts) leaves it unknown whether the
-/// flush ran. → unanswered.
+/// goes by the code, as [`ServerReply`](comcount_core::script::ServerReply) says. A reply fred
+/// could not read → malformed. Redirections run out ([`TOO_MANY_REDIRECTIONS`]) →
+/// unavailable. Everything else (connection lost, timed out, canceled, given up after its
+/// write attempts) leaves it unknown whether the flush ran. → unanswered.
 ///
 /// The store loads the script on the first `NOSCRIPT` and sends the `EVALSHA` again; only the
 /// `NOSCRIPT` of that second `EVALSHA` reaches this function.
@@ -30,72 +26,22 @@ pub(crate) fn classify(error: Error) -> StoreError {
         ErrorKind::Routing if error.details() == TOO_MANY_REDIRECTIONS => {
             StoreError::unavailable(error)
         }
-        _ if is_passing(&error) => StoreError::unavailable(error),
-        _ if lacks_permission(&error) => StoreError::lacks_permission(error),
-        _ if is_server_reply(&error) => StoreError::refused(error),
-        _ => StoreError::unanswered(error),
+        _ => {
+            let text = error.details().trim_start();
+            let (code, detail) = text.split_once(char::is_whitespace).unwrap_or((text, ""));
+            match ServerReply::of(code, detail) {
+                Some(reply) => reply.error(error),
+                None => StoreError::unanswered(error),
+            }
+        }
     }
 }
-
-/// Server error codes that say "not now" rather than "no". The script did not run, or was
-/// refused its first write, and the same flush may be sent again:
-///
-/// - a slot moving (`MOVED`, `ASK`, `TRYAGAIN`), a cluster or a node failing over or loading
-///   (`CLUSTERDOWN`, `MASTERDOWN`, `LOADING`), another script or function running (`BUSY`);
-/// - a primary turned replica (`READONLY`), too few replicas for a write (`NOREPLICAS`), the
-///   server's memory full under a `noeviction` policy (`OOM`), or its last save or AOF write
-///   failed (`MISCONF`): Redis refuses the first write of a script for each, which the script
-///   passes back as it came;
-/// - the script missing again right after it was loaded (a failover or `SCRIPT FLUSH` in
-///   between: `NOSCRIPT`).
-const PASSING: [&str; 12] = [
-    "MOVED",
-    "ASK",
-    "TRYAGAIN",
-    "CLUSTERDOWN",
-    "MASTERDOWN",
-    "LOADING",
-    "BUSY",
-    "READONLY",
-    "NOREPLICAS",
-    "OOM",
-    "MISCONF",
-    "NOSCRIPT",
-];
 
 /// fred's error for a command that the cluster redirected (`MOVED`, `ASK`) at every attempt
 /// until its redirections ran out: no attempt ran. It is what a flush gets while its slot is
 /// migrating and the old owner holds none of its keys: fred 10 sends the command after an `ASK`
 /// to the old owner again, which answers `ASK` again.
 const TOO_MANY_REDIRECTIONS: &str = "Too many redirections.";
-
-fn is_passing(error: &Error) -> bool {
-    PASSING.contains(&code(error))
-}
-
-/// Whether the error says that the store's user lacks a permission: `NOPERM` (for `EVALSHA`,
-/// `SCRIPT LOAD` or a key of the flush), or the `ERR` a command of the script gets when the
-/// user's ACL denies it, which Redis 7.2 and later word `ACL failure in script: User ... has
-/// no permissions to run the '...' command`, and 7.0 and 7.1 `The user executing the script
-/// can't run this command or subcommand`.
-fn lacks_permission(error: &Error) -> bool {
-    let text = error.details().trim_start();
-    match code(error) {
-        "NOPERM" => true,
-        "ERR" => {
-            let detail = text.strip_prefix("ERR").unwrap_or(text).trim_start();
-            detail.starts_with("ACL failure in script")
-                || detail.starts_with("The user executing the script can't")
-        }
-        _ => false,
-    }
-}
-
-/// Whether the error carries a server's error reply: its first word is an upper-case code.
-fn is_server_reply(error: &Error) -> bool {
-    let code = code(error);
-    code.len() >= 2 && code.bytes().all(|b| b.is_ascii_uppercase())
-}
 
 /// The first word of the error's text: a server's error code, if it is a server's reply.
 fn code(error: &Error) -> &str {

@@ -1,20 +1,16 @@
 //! What a redis-rs error says about a flush: whether it can have been applied.
 
 use comcount_core::StoreError;
+use comcount_core::script::ServerReply;
 use redis::{ErrorKind, RedisError};
 
-/// Sorts a redis-rs error into the kinds of failure a flush can have, by the server's error
-/// code: redis-rs gives the codes it knows as [`ErrorKind::Server`] and the others (`OOM`,
-/// `MISCONF`, `BUSY`, `NOREPLICAS`, ...) as [`ErrorKind::Extension`], and an error a command
-/// of the script got reaches it either way, with the code first.
+/// Sorts a redis-rs error into the kinds of failure a flush can have.
 ///
-/// - An error reply from the server means the script did not write: every check of the script
-///   comes before its first write, and the server's state that refuses a write (`READONLY`,
-///   `NOREPLICAS`, `OOM`, `MISCONF`) cannot change while a script runs, so it refuses the
-///   first. One that says "not now" (see [`PASSING`]) → unavailable.
-///   One that says the user lacks a permission (see [`lacks_permission`]) → refused, with what
-///   to grant. Any other (a script error such as `ERR comcount: ...` or an overflowing total)
-///   → refused.
+/// - An error reply from the server is sorted by its code, as
+///   [`ServerReply`](comcount_core::script::ServerReply) says: redis-rs gives the codes it
+///   knows as [`ErrorKind::Server`] and the others (`OOM`, `MISCONF`, `BUSY`, `NOREPLICAS`,
+///   ...) as [`ErrorKind::Extension`], and an error a command of the script got reaches it
+///   either way, with the code first.
 /// - A reply that does not parse → malformed.
 /// - Everything else (connection lost, timed out, no node reachable, an error line whose first
 ///   word is not an upper-case code, which a proxy in the way may have written after the
@@ -25,64 +21,18 @@ use redis::{ErrorKind, RedisError};
 /// `NOSCRIPT` of that second `EVALSHA` reaches this function.
 pub(crate) fn classify(error: RedisError) -> StoreError {
     match error.kind() {
-        ErrorKind::Server(_) | ErrorKind::Extension => match error.code() {
-            Some(code) if PASSING.contains(&code) => StoreError::unavailable(error),
-            Some(code) if lacks_permission(code, error.detail()) => {
-                StoreError::lacks_permission(error)
+        ErrorKind::Server(_) | ErrorKind::Extension => {
+            let reply = error
+                .code()
+                .and_then(|code| ServerReply::of(code, error.detail().unwrap_or("")));
+            match reply {
+                Some(reply) => reply.error(error),
+                None => StoreError::unanswered(error),
             }
-            Some(code) if is_server_code(code) => StoreError::refused(error),
-            _ => StoreError::unanswered(error),
-        },
+        }
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => StoreError::malformed(error),
         _ => StoreError::unanswered(error),
     }
-}
-
-/// Server error codes that say "not now" rather than "no". The script did not run, or was
-/// refused its first write, and the same flush may be sent again:
-///
-/// - a slot moving (`MOVED`, `ASK`, `TRYAGAIN`), a cluster or a node failing over or loading
-///   (`CLUSTERDOWN`, `MASTERDOWN`, `LOADING`), another script or function running (`BUSY`);
-/// - a primary turned replica (`READONLY`), too few replicas for a write (`NOREPLICAS`), the
-///   server's memory full under a `noeviction` policy (`OOM`), or its last save or AOF write
-///   failed (`MISCONF`): Redis refuses the first write of a script for each, which the script
-///   passes back as it came;
-/// - the script missing again right after it was loaded (a failover or `SCRIPT FLUSH` in
-///   between: `NOSCRIPT`).
-const PASSING: [&str; 12] = [
-    "MOVED",
-    "ASK",
-    "TRYAGAIN",
-    "CLUSTERDOWN",
-    "MASTERDOWN",
-    "LOADING",
-    "BUSY",
-    "READONLY",
-    "NOREPLICAS",
-    "OOM",
-    "MISCONF",
-    "NOSCRIPT",
-];
-
-/// Whether an error reply of `code` and `detail` says that the store's user lacks a
-/// permission: `NOPERM` (for `EVALSHA`, `SCRIPT LOAD` or a key of the flush), or the `ERR` a
-/// command of the script gets when the user's ACL denies it, which Redis 7.2 and later word
-/// `ACL failure in script: User ... has no permissions to run the '...' command`, and 7.0 and
-/// 7.1 `The user executing the script can't run this command or subcommand`.
-fn lacks_permission(code: &str, detail: Option<&str>) -> bool {
-    code == "NOPERM" || (code == "ERR" && detail.is_some_and(is_script_acl_denial))
-}
-
-/// Whether `detail`, an `ERR` reply's text after its code, is a script's command denied by
-/// the user's ACL.
-fn is_script_acl_denial(detail: &str) -> bool {
-    detail.starts_with("ACL failure in script")
-        || detail.starts_with("The user executing the script can't")
-}
-
-/// Whether `code`, an error line's first word, is a server's error code: upper-case letters.
-fn is_server_code(code: &str) -> bool {
-    code.len() >= 2 && code.bytes().all(|b| b.is_ascii_uppercase())
 }
 
 /// Whether the server answered that it does not hold the script.
