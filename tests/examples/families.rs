@@ -20,7 +20,8 @@
 //! cargo run -p comcount-tests --release --example families -- --participants 4 --keys 50000
 //! ```
 //!
-//! Flags: `--participants` (8), `--keys` per participant (100000), `--interval-ms` (1000),
+//! Flags: `--participants` (8), `--keys` per participant (100000), `--keys-per-partition`
+//! (700: the partitions are the keys over it, rounded up), `--interval-ms` (1000),
 //! `--tenants` of the second part (20000), `--seconds` measured per part (10), and
 //! `--redis-first`, which lowers the priority of this process's threads (nice 10) once Redis
 //! has started, so that on cores shared with the client Redis runs whenever it has work, as
@@ -35,9 +36,9 @@ use comcount_core::Family;
 use comcount_core::clock::TokioTimer;
 use comcount_redis_rs::RedisStore;
 use comcount_tests::bench::{
-    Quiet, cores_apart, evalsha_calls, redis_cpu, steal_ms, take_flag, until_idle,
+    Quiet, connect, cores_apart, evalsha_calls, redis_cpu, script_runs, steal_ms, take_flag,
+    until_idle, watch_slow_runs,
 };
-use comcount_tests::connect::manager_with;
 use comcount_tests::server::RedisServer;
 use redis::aio::ConnectionManager;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -45,12 +46,14 @@ use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 #[global_allocator]
 static GLOBAL: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
 
-/// Keys per partition, the README's advice: well under the 1000 keys a flush carries.
+/// Keys per partition by default, the README's advice: well under the 1000 keys a flush
+/// carries.
 const KEYS_PER_PARTITION: usize = 700;
 
 struct Settings {
     participants: usize,
     keys: usize,
+    keys_per_partition: usize,
     interval: Duration,
     tenants: usize,
     window: Duration,
@@ -63,6 +66,7 @@ impl Settings {
         let mut settings = Self {
             participants: 8,
             keys: 100_000,
+            keys_per_partition: KEYS_PER_PARTITION,
             interval: Duration::from_millis(1000),
             tenants: 20_000,
             window: Duration::from_secs(10),
@@ -82,6 +86,7 @@ impl Settings {
             match pair[0].as_str() {
                 "--participants" => settings.participants = number() as usize,
                 "--keys" => settings.keys = number() as usize,
+                "--keys-per-partition" => settings.keys_per_partition = number().max(1) as usize,
                 "--interval-ms" => settings.interval = Duration::from_millis(number()),
                 "--tenants" => settings.tenants = number() as usize,
                 "--seconds" => settings.window = Duration::from_secs(number()),
@@ -90,32 +95,6 @@ impl Settings {
         }
         settings
     }
-}
-
-/// A connection that reconnects, with the store's settings but no response timeout: a
-/// family's first flushes queue behind each other.
-async fn connect(url: &str) -> ConnectionManager {
-    let config = RedisStore::manager_config()
-        .set_response_timeout(None)
-        .set_connection_timeout(Some(Duration::from_secs(60)));
-    manager_with(url, config).await
-}
-
-async fn command(stats: &mut ConnectionManager, args: &[&str]) {
-    let mut cmd = redis::cmd(args[0]);
-    for arg in &args[1..] {
-        cmd.arg(*arg);
-    }
-    cmd.query_async::<redis::Value>(stats)
-        .await
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-}
-
-/// Clears the slow log and logs every script run from now on.
-async fn watch_slow_runs(stats: &mut ConnectionManager) {
-    command(stats, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]).await;
-    command(stats, &["CONFIG", "SET", "slowlog-max-len", "100000"]).await;
-    command(stats, &["SLOWLOG", "RESET"]).await;
 }
 
 /// Lowers the priority of every thread of this process, so that Redis, a process of its own
@@ -132,35 +111,6 @@ fn yield_to_redis() {
             .expect("renice runs");
         assert!(status.success(), "renice of thread {id:?}: {status}");
     }
-}
-
-/// The script runs (`EVALSHA`) in the slow log, in microseconds, shortest first.
-async fn script_runs(stats: &mut ConnectionManager) -> Vec<u64> {
-    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(100_000)
-        .query_async(stats)
-        .await
-        .expect("SLOWLOG GET answers");
-    let evalsha = |args: Option<&redis::Value>| match args {
-        Some(redis::Value::Array(args)) => matches!(
-            args.first(),
-            Some(redis::Value::BulkString(name)) if name.eq_ignore_ascii_case(b"evalsha")
-        ),
-        _ => false,
-    };
-    let mut runs: Vec<u64> = entries
-        .iter()
-        .filter_map(|entry| match entry {
-            redis::Value::Array(fields) if evalsha(fields.get(3)) => match fields.get(2) {
-                Some(redis::Value::Int(us)) => Some(*us as u64),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect();
-    runs.sort_unstable();
-    runs
 }
 
 // Fleets of families.
@@ -188,6 +138,7 @@ struct Fleet {
     label: &'static str,
     participants: usize,
     keys: usize,
+    keys_per_partition: usize,
     interval: Duration,
     touch_every: Duration,
     window: Duration,
@@ -198,11 +149,12 @@ async fn fleet(url: &str, stats: &mut ConnectionManager, run: Fleet) -> FleetRow
         label,
         participants,
         keys,
+        keys_per_partition,
         interval,
         touch_every,
         window,
     } = run;
-    let partitions = keys.div_ceil(KEYS_PER_PARTITION) as u32;
+    let partitions = keys.div_ceil(keys_per_partition) as u32;
     let names: Arc<[String]> = (0..keys).map(|k| format!("tenant-{k}")).collect();
     let mut families = Vec::new();
     let mut workers = Vec::new();
@@ -353,6 +305,7 @@ async fn main() {
         label: "scale",
         participants: settings.participants,
         keys: settings.keys,
+        keys_per_partition: settings.keys_per_partition,
         interval: settings.interval,
         touch_every: settings.interval,
         window: settings.window,
@@ -364,6 +317,7 @@ async fn main() {
         label: "tenants",
         participants: 1,
         keys: settings.tenants,
+        keys_per_partition: settings.keys_per_partition,
         interval: tenants_interval,
         touch_every: Duration::from_millis(50),
         window: settings.window,

@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 
 use comcount_core::builder::Builder;
 use comcount_core::diagnostics::{Diagnostics, Event};
-use redis::aio::ConnectionLike;
+use comcount_redis_rs::RedisStore;
+use redis::aio::{ConnectionLike, ConnectionManager};
+
+use crate::connect::manager_with;
 
 /// The rules a fleet counts under: this library's defaults, or the original design's.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -160,4 +163,59 @@ pub fn process_cpu() -> f64 {
         .filter_map(|ticks| ticks.parse::<u64>().ok())
         .sum::<u64>() as f64
         / 100.0
+}
+
+/// A connection that reconnects, with the store's settings but no response timeout: a
+/// family's first flushes queue behind each other.
+pub async fn connect(url: &str) -> ConnectionManager {
+    let config = RedisStore::manager_config()
+        .set_response_timeout(None)
+        .set_connection_timeout(Some(Duration::from_secs(60)));
+    manager_with(url, config).await
+}
+
+pub async fn command(stats: &mut ConnectionManager, args: &[&str]) {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    cmd.query_async::<redis::Value>(stats)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+}
+
+/// Clears the slow log and logs every script run from now on.
+pub async fn watch_slow_runs(stats: &mut ConnectionManager) {
+    command(stats, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]).await;
+    command(stats, &["CONFIG", "SET", "slowlog-max-len", "100000"]).await;
+    command(stats, &["SLOWLOG", "RESET"]).await;
+}
+
+/// The script runs (`EVALSHA`) in the slow log, in microseconds, shortest first.
+pub async fn script_runs(stats: &mut ConnectionManager) -> Vec<u64> {
+    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(100_000)
+        .query_async(stats)
+        .await
+        .expect("SLOWLOG GET answers");
+    let evalsha = |args: Option<&redis::Value>| match args {
+        Some(redis::Value::Array(args)) => matches!(
+            args.first(),
+            Some(redis::Value::BulkString(name)) if name.eq_ignore_ascii_case(b"evalsha")
+        ),
+        _ => false,
+    };
+    let mut runs: Vec<u64> = entries
+        .iter()
+        .filter_map(|entry| match entry {
+            redis::Value::Array(fields) if evalsha(fields.get(3)) => match fields.get(2) {
+                Some(redis::Value::Int(us)) => Some(*us as u64),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    runs.sort_unstable();
+    runs
 }
