@@ -86,11 +86,6 @@ local function greater(a, b)
   return false
 end
 
--- Whether s is a plain decimal integer: digits only, no sign, no leading zero.
-local function plain(s)
-  return s == '0' or string.find(s, '^[1-9]%d*$') ~= nil
-end
-
 -- A shortened copy of s for an error message.
 local function quote(s)
   if #s > 24 then
@@ -99,24 +94,30 @@ local function quote(s)
   return '"' .. s .. '"'
 end
 
--- Checks ARGV[i] against min ..= max (digit strings); returns nil or an error reply.
-local function check(i, name, min, max)
-  local s = ARGV[i]
-  -- min is '0' or '1', so the pattern (no '0') and the shorter length decide most at once.
-  if (s == min or string.find(s, '^[1-9]%d*$')) and (#s < #max or not greater(s, max)) then
-    return nil
-  end
-  return redis.error_reply('ERR comcount: ARGV[' .. i .. '] (' .. name .. ') is ' .. quote(s) ..
-    ', not a plain decimal integer in ' .. min .. '..=' .. max ..
+-- The error reply for ARGV[i], which is not a plain decimal integer in min ..= max.
+local function out_of_range(i, name, min, max)
+  return redis.error_reply('ERR comcount: ARGV[' .. i .. '] (' .. name .. ') is ' ..
+    quote(ARGV[i]) .. ', not a plain decimal integer in ' .. min .. '..=' .. max ..
     '; nothing was written, send it within that range')
 end
 
-local bad = check(1, 'sequence number', '1', '9007199254740991')
-  or check(2, 'interval ms', '1', '3002399751580330')
-  or check(3, 'expected interval', '0', '9007199254740991')
-  or check(4, 'fence life ms', '1', '9007199254740991')
-if bad then
-  return bad
+-- The four numbers. The pattern takes a plain decimal integer but '0', which only EXPECT may
+-- be. Every maximum is below 2^53, where tonumber is exact, and a longer digit string is a
+-- number of 2^53 or more, so one comparison decides the range; a fence life is never needed
+-- as a number, and one of up to 15 digits is in range.
+local seq, interval, expect = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if not (string.find(ARGV[1], '^[1-9]%d*$') and seq <= 9007199254740991) then
+  return out_of_range(1, 'sequence number', '1', '9007199254740991')
+end
+if not (string.find(ARGV[2], '^[1-9]%d*$') and interval <= 3002399751580330) then
+  return out_of_range(2, 'interval ms', '1', '3002399751580330')
+end
+if not (ARGV[3] == '0' or string.find(ARGV[3], '^[1-9]%d*$') and expect <= 9007199254740991) then
+  return out_of_range(3, 'expected interval', '0', '9007199254740991')
+end
+if not (string.find(ARGV[4], '^[1-9]%d*$')
+    and (#ARGV[4] < 16 or tonumber(ARGV[4]) <= 9007199254740991)) then
+  return out_of_range(4, 'fence life ms', '1', '9007199254740991')
 end
 
 local layout = ARGV[5]
@@ -140,8 +141,8 @@ else
     ', not c or f; nothing was written, send c for a counter or f for a family')
 end
 
--- The entries' keys, in the order sent.
-local fields = {}
+-- The entries. A family's keys, in the order sent, are gathered for HMGET.
+local fields = family and {}
 for j = 1, count do
   local key, amount = ARGV[4 + 2 * j], ARGV[5 + 2 * j]
   if #key < min_key or #key > max_key then
@@ -149,196 +150,174 @@ for j = 1, count do
       quote(key) .. ', ' .. #key .. ' bytes, outside ' .. min_key .. '..=' .. max_key ..
       ' for layout ' .. layout .. '; nothing was written')
   end
-  fields[j] = key
-  -- Up to 18 digits cannot pass the largest amount: only longer ones need the full check.
-  if not (#amount < 19 and plain(amount)) then
-    bad = check(5 + 2 * j, 'amount', '0', MAX_TOTAL)
-    if bad then
-      return bad
-    end
+  if family then
+    fields[j] = key
+  end
+  if not ((amount == '0' or string.find(amount, '^[1-9]%d*$'))
+      and (#amount < 19 or not greater(amount, MAX_TOTAL))) then
+    return out_of_range(5 + 2 * j, 'amount', '0', MAX_TOTAL)
   end
 end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local interval = tonumber(ARGV[2])
-local expect = tonumber(ARGV[3])
 local n = math.floor(now / interval)
 local phase = now - n * interval
 local reach = math.floor((#KEYS - 3) / 2)
 if n < expect - reach or n > expect + reach then
   return {4, n, phase, false}
 end
-local key = KEYS[n - expect + reach + 2]
-local fence_key = KEYS[#KEYS]
+local key_before, key, fence_key = KEYS[n - expect + reach + 1], KEYS[n - expect + reach + 2],
+  KEYS[#KEYS]
 
--- The error reply for a key under this prefix that holds what this script never writes.
-local function foreign(name, what)
+-- The error reply for name, a key under this prefix that holds what this script never writes
+-- instead of what. Given refusal, a command's error reply on name: refusal itself, unless it is
+-- the server's own about the key (a key of another type, or a string that is no integer);
+-- every other error (READONLY, OOM, NOREPLICAS, NOPERM, ...) is about the server, not the
+-- key, and goes back as it came.
+local function foreign(name, what, refusal)
+  if refusal and string.sub(refusal.err, 1, 10) ~= 'WRONGTYPE '
+      and not string.find(refusal.err, 'not an integer', 1, true) then
+    return refusal
+  end
   return redis.error_reply('ERR comcount: ' .. name .. ' is not ' .. what .. '; is another ' ..
     'program writing under this prefix? Delete the key or change the prefix')
 end
 
--- Whether err, an error reply's text, is the server's own about a key's type or value: a key
--- of another type, or a string that is no integer. Every other error (READONLY, OOM,
--- NOREPLICAS, NOPERM, ...) is about the server, not the key, and goes back as it came.
-local function about_the_key(err)
-  return string.sub(err, 1, 10) == 'WRONGTYPE ' or string.find(err, 'not an integer', 1, true)
-end
+local what = family and 'a hash of totals' or "a counter's total"
 
--- Runs a command on name that fails on a key of another type: the reply, or nil and the error
--- reply, which names the key when it holds what this script never writes.
-local function run(what, command, name, ...)
-  local reply = redis.pcall(command, name, ...)
-  if type(reply) == 'table' and reply.err then
-    if about_the_key(reply.err) then
-      return nil, foreign(name, what)
-    end
-    return nil, reply
-  end
-  return reply
-end
-
-local what = "a counter's total"
-if family then
-  what = 'a hash of totals'
-end
-
--- The totals of N-1, one per entry.
-local previous = {}
+-- The totals of N-1: a counter's total, a family's HMGET reply (none when N is 0).
+local before = false
 if n > 0 then
-  local err
   if family then
-    previous, err = run(what, 'HMGET', KEYS[n - expect + reach + 1], unpack(fields))
+    before = redis.pcall('HMGET', key_before, unpack(fields))
   else
-    previous[1], err = run(what, 'GET', KEYS[n - expect + reach + 1])
-    local total = previous[1]
-    if total and not ((#total < 19 or not greater(total, MAX_TOTAL)) and plain(total)) then
-      err = foreign(KEYS[n - expect + reach + 1], what)
-    end
+    before = redis.pcall('GET', key_before)
   end
-  if err then
-    return err
+  if type(before) == 'table' and before.err then
+    return foreign(key_before, what, before)
+  end
+  -- A counter's total is a plain integer up to 2^63-1, as INCRBY leaves it.
+  if before and not family and not ((before == '0' or string.find(before, '^[1-9]%d*$'))
+      and (#before < 19 or not greater(before, MAX_TOTAL))) then
+    return foreign(key_before, what)
   end
 end
 
-local function answer(outcome, counted_in)
-  local reply = {outcome, n, phase, counted_in}
-  for j = 1, count do
-    reply[4 + j] = previous[j] or false
-  end
-  return reply
+local fence = redis.pcall('GET', fence_key)
+if type(fence) == 'table' and fence.err then
+  return foreign(fence_key, 'a fence', fence)
 end
-
-local fence, err = run('a fence', 'GET', fence_key)
-if err then
-  return err
-end
+-- The outcome, and the interval the flush is counted in: applied in N unless the fence says
+-- otherwise.
+local outcome, counted_in = 0, n
 if fence then
   local fenced_seq, fenced_n = string.match(fence, '^(%d+):(%d+)$')
   if not fenced_seq then
     return foreign(fence_key, 'a fence')
   end
-  local seq = tonumber(ARGV[1])
   fenced_seq = tonumber(fenced_seq)
   fenced_n = tonumber(fenced_n)
   if seq == fenced_seq then
-    return answer(1, fenced_n)
-  end
-  if seq < fenced_seq then
-    return answer(2, false)
-  end
-  if fenced_n >= n then
-    return answer(3, false)
+    outcome, counted_in = 1, fenced_n
+  elseif seq < fenced_seq then
+    outcome, counted_in = 2, false
+  elseif fenced_n >= n then
+    outcome, counted_in = 3, false
   end
 end
 
 local landed
-if family then
-  -- Every new total is worked out before the first write. Below 10^15 a sum is exact in a Lua
-  -- number; a longer one is added as digits, and stops at the largest total.
-  local current
-  current, err = run(what, 'HMGET', key, unpack(fields))
-  if err then
-    return err
-  end
-  local totals, changes, k = {}, {}, 0
-  for j = 1, count do
-    local field, amount = fields[j], ARGV[5 + 2 * j]
-    local total = totals[field]
-    if total == nil then
-      total = current[j]
-      if total and not plain(total) then
-        return foreign(key, what)
-      end
-      k = k + 2
-      changes[k - 1] = field
+if outcome == 0 then
+  if family then
+    -- Every new total is worked out before the first write. Below 10^15 a sum is exact in a Lua
+    -- number; a longer one is added as digits, and stops at the largest total.
+    local current = redis.pcall('HMGET', key, unpack(fields))
+    if current.err then
+      return foreign(key, what, current)
     end
-    if not total then
-      total = amount
-    elseif #total < 16 and #amount < 16 then
-      total = string.format('%d', tonumber(total) + tonumber(amount))
+    local totals, changes, k = {}, {}, 0
+    for j = 1, count do
+      local field, amount = fields[j], ARGV[5 + 2 * j]
+      local total = totals[field]
+      if total == nil then
+        total = current[j]
+        if total and not (total == '0' or string.find(total, '^[1-9]%d*$')) then
+          return foreign(key, what)
+        end
+        k = k + 2
+        changes[k - 1] = field
+      end
+      if not total then
+        total = amount
+      elseif #total < 16 and #amount < 16 then
+        total = string.format('%d', tonumber(total) + tonumber(amount))
+      else
+        -- The sum of two digit strings, digit by digit from the last.
+        local digits, carry, a, b = {}, 0, #total, #amount
+        while a > 0 or b > 0 or carry > 0 do
+          local d = carry
+          if a > 0 then
+            d = d + string.byte(total, a) - 48
+          end
+          if b > 0 then
+            d = d + string.byte(amount, b) - 48
+          end
+          carry = math.floor(d / 10)
+          digits[#digits + 1] = d - 10 * carry
+          a, b = a - 1, b - 1
+        end
+        total = string.reverse(table.concat(digits))
+        if greater(total, MAX_TOTAL) then
+          total = MAX_TOTAL
+        end
+      end
+      totals[field] = total
+    end
+    for i = 2, k, 2 do
+      changes[i] = totals[changes[i - 1]]
+    end
+    -- A listpack finds a field by scanning, so a hash written hundreds of fields at once is made
+    -- a hash table first: a field too long for a listpack converts it. That field is the empty
+    -- one, no key's, and goes at once.
+    local written
+    if k > 2 * TABLE_FROM then
+      written = redis.pcall('HSET', key, '', string.rep('-', 1025), unpack(changes))
+      if type(written) ~= 'table' then
+        redis.call('HDEL', key, '')
+      end
     else
-      -- The sum of two digit strings, digit by digit from the last.
-      local digits, carry, a, b = {}, 0, #total, #amount
-      while a > 0 or b > 0 or carry > 0 do
-        local d = carry
-        if a > 0 then
-          d = d + string.byte(total, a) - 48
-        end
-        if b > 0 then
-          d = d + string.byte(amount, b) - 48
-        end
-        carry = math.floor(d / 10)
-        digits[#digits + 1] = d - 10 * carry
-        a, b = a - 1, b - 1
-      end
-      total = string.reverse(table.concat(digits))
-      if greater(total, MAX_TOTAL) then
-        total = MAX_TOTAL
-      end
+      written = redis.pcall('HSET', key, unpack(changes))
     end
-    totals[field] = total
-  end
-  for i = 2, k, 2 do
-    changes[i] = totals[changes[i - 1]]
-  end
-  -- A listpack finds a field by scanning, so a hash written hundreds of fields at once is made
-  -- a hash table first: a field too long for a listpack converts it. That field is the empty
-  -- one, no key's, and goes at once.
-  local written
-  if k > 2 * TABLE_FROM then
-    written, err = run(what, 'HSET', key, '', string.rep('-', 1025), unpack(changes))
-    if written then
-      redis.call('HDEL', key, '')
+    if type(written) == 'table' then
+      return foreign(key, what, written)
     end
   else
-    written, err = run(what, 'HSET', key, unpack(changes))
-  end
-  if err then
-    return err
-  end
-else
-  -- The first write: INCRBY refuses a total that is not an integer, or that would overflow.
-  landed = redis.pcall('INCRBY', key, ARGV[7])
-  if type(landed) == 'table' and landed.err then
-    if string.find(landed.err, 'overflow', 1, true) then
-      return redis.error_reply('ERR comcount: the total of ' .. key .. ' would overflow ' ..
-        'past ' .. MAX_TOTAL .. '; nothing was written')
+    -- The first write: INCRBY refuses a total that is not an integer, or that would overflow.
+    landed = redis.pcall('INCRBY', key, ARGV[7])
+    if type(landed) == 'table' then
+      if string.find(landed.err, 'overflow', 1, true) then
+        return redis.error_reply('ERR comcount: the total of ' .. key .. ' would overflow ' ..
+          'past ' .. MAX_TOTAL .. '; nothing was written')
+      end
+      return foreign(key, what, landed)
     end
-    if about_the_key(landed.err) then
-      return foreign(key, what)
-    end
-    return landed
   end
-end
-redis.call('PEXPIRE', key, 3 * interval)
-redis.call('SET', fence_key, ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])
-local reply = answer(0, n)
-if not family then
+  redis.call('PEXPIRE', key, 3 * interval)
+  redis.call('SET', fence_key, ARGV[1] .. ':' .. string.format('%d', n), 'PX', ARGV[4])
   -- Lua's number is exact below 2^53; a larger total is read back as its digits.
-  if landed >= 9007199254740992 then
+  if landed and landed >= 9007199254740992 then
     landed = redis.call('GET', key)
   end
-  reply[6] = landed
+end
+
+-- The reply. A counter's ends with its total of N after an applied INCRBY: landed, nil
+-- otherwise, where the reply stops.
+if not family then
+  return {outcome, n, phase, counted_in, before, landed}
+end
+local reply = {outcome, n, phase, counted_in}
+for j = 1, count do
+  reply[4 + j] = before and before[j] or false
 end
 return reply

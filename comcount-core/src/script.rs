@@ -526,26 +526,30 @@ mod tests {
 
     #[test]
     fn the_script_checks_the_ranges_the_rust_side_documents() {
-        // Each check names its argument's place in `arguments` and the limits of
-        // `FlushRequest::check`.
+        // Each check compares its argument with the limit of `FlushRequest::check`, and its
+        // error names the argument's place in `arguments` and the limits.
         let checks = [
+            format!("seq <= {}", FlushRequest::MAX_SEQ),
             format!(
-                "check(1, 'sequence number', '1', '{}')",
+                "out_of_range(1, 'sequence number', '1', '{}')",
                 FlushRequest::MAX_SEQ
             ),
+            format!("interval <= {}", FlushRequest::MAX_INTERVAL_MS),
             format!(
-                "check(2, 'interval ms', '1', '{}')",
+                "out_of_range(2, 'interval ms', '1', '{}')",
                 FlushRequest::MAX_INTERVAL_MS
             ),
+            format!("expect <= {}", FlushRequest::MAX_EXPECT),
             format!(
-                "check(3, 'expected interval', '0', '{}')",
+                "out_of_range(3, 'expected interval', '0', '{}')",
                 FlushRequest::MAX_EXPECT
             ),
+            format!("tonumber(ARGV[4]) <= {}", FlushRequest::MAX_FENCE_TTL_MS),
             format!(
-                "check(4, 'fence life ms', '1', '{}')",
+                "out_of_range(4, 'fence life ms', '1', '{}')",
                 FlushRequest::MAX_FENCE_TTL_MS
             ),
-            "check(5 + 2 * j, 'amount', '0', MAX_TOTAL)".to_owned(),
+            "out_of_range(5 + 2 * j, 'amount', '0', MAX_TOTAL)".to_owned(),
             format!("local MAX_TOTAL = '{}'", FlushRequest::MAX_AMOUNT),
             format!("local MAX_ENTRIES = {}\n", FlushRequest::MAX_ENTRIES),
             format!("local MAX_KEY_LEN = {}\n", FlushRequest::MAX_KEY_LEN),

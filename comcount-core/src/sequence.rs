@@ -65,9 +65,9 @@ mod tests {
     #[test]
     fn the_largest_number_is_the_scripts() {
         assert_eq!(MAX, 9_007_199_254_740_991);
-        assert!(
-            crate::script::SOURCE.contains(&format!("check(1, 'sequence number', '1', '{MAX}')"))
-        );
+        let source = crate::script::SOURCE;
+        assert!(source.contains(&format!("seq <= {MAX}")));
+        assert!(source.contains(&format!("out_of_range(1, 'sequence number', '1', '{MAX}')")));
     }
 
     #[test]
