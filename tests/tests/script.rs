@@ -127,7 +127,15 @@ async fn an_overflowing_total_is_an_error_and_writes_nothing() {
             .await;
         match result {
             Err(error) => {
-                assert!(error.to_string().contains("overflow"), "{error}");
+                // The script's own words, not the server's ("increment or decrement would
+                // overflow"), which say nothing of the key.
+                assert!(
+                    error.to_string().contains(&format!(
+                        "comcount: the total of {key} would overflow past {}",
+                        i64::MAX
+                    )),
+                    "{error}"
+                );
                 let after = inspector.snapshot(base).await;
                 assert_unchanged(&before, &after, "an overflowing flush");
                 assert!(
@@ -143,6 +151,34 @@ async fn an_overflowing_total_is_an_error_and_writes_nothing() {
         }
     }
     panic!("never managed to flush into the interval it aimed at");
+}
+
+/// An applied counter flush brings back its interval's total just after it exactly on either
+/// side of 2^53, where Lua's numbers stop being exact: 2^53 + 1 is read back as digits, not
+/// rounded to 2^53.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_landed_total_is_exact_either_side_of_2_to_the_53() {
+    let (store, _) = eval_store().await;
+    let store = &store;
+    in_an_interval(store, |requests, n| async move {
+        let mut connection = connect::multiplexed(&shared::standalone_url()).await;
+        let exact = 1u64 << 53;
+        let _: () = redis::cmd("SET")
+            .arg(requests.interval_key(n))
+            .arg(exact - 2)
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        for landed in [exact - 1, exact, exact + 1] {
+            let reply = flush(store, &requests.flush(ParticipantId::random(), 1, 1, n)).await;
+            expect(&reply, Outcome::Applied, n)?;
+            assert_eq!(reply.landed_totals, [Some(landed)], "{reply:?}");
+        }
+        Ok(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,7 +217,8 @@ async fn a_fence_that_is_not_a_fence_is_an_error_and_writes_nothing() {
 }
 
 /// Keys under the counter's prefix that another program wrote, each where the script reads or
-/// writes: the interval before (a hash, a word, a negative number), the interval flushed into
+/// writes: the interval before (a hash, a word, a negative number, a number past 2^63-1 or
+/// with a leading zero), the interval flushed into
 /// (a hash, a word) and the fence (a hash). Each refuses the flush with an `ERR comcount:`
 /// reply that names the key and says what to do, and leaves every key as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,10 +228,13 @@ async fn a_key_another_program_wrote_refuses_the_flush_with_an_err_comcount_repl
     let previous = |n: u64| n - 1;
     let current = |n: u64| n;
     type Where = fn(u64) -> u64;
-    let cases: [(&str, &str, Option<Where>); 6] = [
+    let cases: [(&str, &str, Option<Where>); 8] = [
         ("HSET", "a hash", Some(previous)),
         ("SET", "abc", Some(previous)),
         ("SET", "-5", Some(previous)),
+        // Digits, but no total the script writes: past 2^63-1, or with a leading zero.
+        ("SET", "9223372036854775808", Some(previous)),
+        ("SET", "05", Some(previous)),
         ("HSET", "a hash", Some(current)),
         ("SET", "abc", Some(current)),
         ("HSET", "a hash", None),
@@ -415,6 +455,8 @@ async fn each_bad_argument_is_an_err_reply_and_writes_nothing() {
         (1, "300.5"),
         (1, "inf"),
         (1, "3002399751580331"),
+        // Past the largest by its first digit alone.
+        (1, "4000000000000000"),
         (2, "-1"),
         (2, "nan"),
         (2, "1.0"),
@@ -816,6 +858,9 @@ async fn a_keys_total_past_the_largest_stops_there_and_adds_exactly_below() {
                 ("edge", exact),
                 ("small", 3),
                 ("odd", exact),
+                ("late", 2),
+                ("wide", 999_999_999_999_999),
+                ("zero", 0),
             ],
             &[
                 ("a", 2),
@@ -826,6 +871,13 @@ async fn a_keys_total_past_the_largest_stops_there_and_adds_exactly_below() {
                 ("edge", 1),
                 ("small", 4),
                 ("odd", 2),
+                // A short total and a 16-digit amount, past 2^53: added as digits.
+                ("late", 9_999_999_999_999_999),
+                // Two short ones whose sum has 16 digits: written as digits, not as Lua prints
+                // a number.
+                ("wide", 1),
+                // A stored total of 0 is one.
+                ("zero", 5),
             ],
             // A key sent twice in one flush adds both amounts.
             &[
@@ -840,7 +892,9 @@ async fn a_keys_total_past_the_largest_stops_there_and_adds_exactly_below() {
             expect(&flush(store, &request).await, Outcome::Applied, n)?;
         }
         let m = the_next_interval(store, n).await?;
-        let keys = ["a", "b", "big", "c9", "mid", "edge", "small", "odd", "a"];
+        let keys = [
+            "a", "b", "big", "c9", "mid", "edge", "small", "odd", "late", "wide", "zero", "a",
+        ];
         let reader: Vec<(&str, u64)> = keys.iter().map(|k| (*k, 0)).collect();
         let reply = flush(
             store,
@@ -859,10 +913,13 @@ async fn a_keys_total_past_the_largest_stops_there_and_adds_exactly_below() {
             2 * exact + 1,
             exact,
             exact + 2,
+            10_000_000_000_000_001,
+            1_000_000_000_000_000,
+            5,
         ];
         assert_eq!(told, [&totals[..], &[MAX]].concat());
         let hash = inspect::family_totals(&hash_fields(&family.space(0).interval(n)).await);
-        let held: Vec<u64> = keys[..8]
+        let held: Vec<u64> = keys[..totals.len()]
             .iter()
             .map(|k| hash.as_ref().unwrap()[*k])
             .collect();
@@ -1006,6 +1063,12 @@ async fn each_bad_family_argument_is_an_err_reply_and_writes_nothing() {
             "ARGV[7] (amount)",
         ),
         ("a fraction", entries(&[("a", "1.5")]), "ARGV[7] (amount)"),
+        // A key of digits, as an amount would be, with an amount that is none.
+        (
+            "a key of digits",
+            entries(&[("7", "-1")]),
+            "ARGV[7] (amount)",
+        ),
         (
             "a leading zero",
             entries(&[("a", "01")]),
@@ -1126,4 +1189,119 @@ async fn the_first_interval_brings_back_no_totals() {
     for base in [family.space(0).base(), counter.base()] {
         delete_keys(&inspector, base).await;
     }
+}
+
+/// A write the server refuses for reasons of its own (here a user denied `HSET`, `HDEL` and
+/// `INCRBY`, as `READONLY`, `OOM` or `NOREPLICAS` would too) comes back as the server said it:
+/// returned by the script, neither raised from within it nor taken for a key of another type,
+/// and nothing is written. For a counter, and for batches of one key and of 33, which go
+/// through a hash table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_the_server_refuses_comes_back_as_the_server_said_it() {
+    let url = shared::standalone_url();
+    let inspector = &RedisInspector(connect::multiplexed(&url).await);
+    let user = settings::unique_prefix("denied");
+    let mut admin = connect::multiplexed(&url).await;
+    let () = redis::cmd("ACL")
+        .arg(&["SETUSER", &user, "on", ">secret", "~*", "+@all"][..])
+        .arg(&["-hset", "-hdel", "-incrby"][..])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let mut connection = connect::multiplexed(&url).await;
+    let () = redis::cmd("AUTH")
+        .arg(&[&user, "secret"][..])
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let store = &Eval(connection);
+    in_an_interval(store, |requests, n| async move {
+        let before = inspector.snapshot(requests.base()).await;
+        let request = requests.flush(ParticipantId::random(), 1, 5, n);
+        let result = store.flush(&request, &reporter()).await;
+        refused_as_the_server_said(inspector, "a counter", requests.base(), &before, result).await
+    })
+    .await;
+    let keys: Vec<String> = (0..33).map(|i| format!("k{i}")).collect();
+    for count in [1, 33] {
+        let entries: Vec<(&str, u64)> = keys[..count].iter().map(|k| (k.as_str(), 1)).collect();
+        let entries = &entries;
+        in_a_family_interval(store, |family, n| async move {
+            let base = family.space(0).base().to_owned();
+            let before = inspector.snapshot(&base).await;
+            let request = family.flush(0, ParticipantId::random(), 1, entries, n);
+            let result = store.flush(&request, &reporter()).await;
+            let what = format!("a batch of {count}");
+            refused_as_the_server_said(inspector, &what, &base, &before, result).await
+        })
+        .await;
+    }
+    let () = redis::cmd("ACL")
+        .arg(&["DELUSER", &user][..])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+}
+
+/// Asserts that `result` is the server's error on a command the ACL denies, as the script
+/// returned it, and that nothing under `base` changed since `before`; `Slipped` when the flush
+/// came back as a wrong interval.
+async fn refused_as_the_server_said(
+    inspector: &RedisInspector<MultiplexedConnection>,
+    what: &str,
+    base: &str,
+    before: &Snapshot,
+    result: Result<FlushReply, StoreError>,
+) -> Result<(), Slipped> {
+    let text = match result {
+        Err(error) => error.to_string(),
+        Ok(reply) => {
+            assert_eq!(reply.outcome, Outcome::WrongInterval, "{what}: {reply:?}");
+            return Err(Slipped(format!("{what}: {reply:?}")));
+        }
+    };
+    // Redis 7.2 and later name the command (NOPERM), 7.0 and 7.1 do not.
+    assert!(
+        text.contains("NOPERM") || text.contains("can't run this command"),
+        "{what}: {text}"
+    );
+    assert!(!text.contains("comcount:"), "{what}: {text}");
+    // Raised by a call within the script, it would name the script's line.
+    assert!(!text.contains("@user_script"), "{what}: {text}");
+    assert_unchanged(before, &inspector.snapshot(base).await, what);
+    Ok(())
+}
+
+/// A batch of more than 32 keys is written to a hash table (a listpack, Redis's small hash,
+/// looks for a field by scanning it), a batch of 32 to a listpack; neither keeps the field the
+/// script writes to convert the hash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_more_than_32_keys_is_written_to_a_hash_table() {
+    let (store, _) = eval_store().await;
+    let store = &store;
+    in_a_family_interval(store, |family, n| async move {
+        let mut connection = connect::multiplexed(&shared::standalone_url()).await;
+        // Fresh hashes of 32 and 33 keys, each a family's own.
+        let other = FamilyRequests::fresh(settings::interval(), 1);
+        for (family, count) in [(family, 32), (other, 33)] {
+            let keys: Vec<String> = (0..count).map(|i| format!("k{i}")).collect();
+            let entries: Vec<(&str, u64)> = keys.iter().map(|k| (k.as_str(), 7)).collect();
+            let request = family.flush(0, ParticipantId::random(), 1, &entries, n);
+            expect(&flush(store, &request).await, Outcome::Applied, n)?;
+            let key = family.space(0).interval(n);
+            let encoding: String = redis::cmd("OBJECT")
+                .arg(&["ENCODING", &key][..])
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            // Before Redis 7, a listpack was a ziplist.
+            let small = ["listpack", "ziplist"].contains(&encoding.as_str());
+            assert_eq!(small, count <= 32, "{count} keys: {encoding}");
+            let sent: BTreeMap<String, u64> = keys.iter().map(|k| (k.clone(), 7)).collect();
+            let held = inspect::family_totals(&hash_fields(&key).await);
+            assert_eq!(held, Ok(sent), "{count} keys");
+        }
+        Ok(())
+    })
+    .await;
 }
