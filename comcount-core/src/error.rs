@@ -488,6 +488,100 @@ impl Error for MissingPermission {
     }
 }
 
+/// A flush none of whose copies answered.
+#[derive(Debug)]
+pub(crate) struct NoReply;
+
+impl fmt::Display for NoReply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "no copy of the flush was answered before it was given up (the store may be \
+             overloaded), so whether it was counted is unknown",
+        )
+    }
+}
+
+impl Error for NoReply {}
+
+/// A flush whose copies kept landing in intervals they could not be added to.
+#[derive(Debug)]
+pub(crate) struct NeverLanded;
+
+impl fmt::Display for NeverLanded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "the flush kept arriving in another interval than the store's clock was in, and a \
+             copy replayed by the client may still land; check that the interval is well \
+             above the round trip to the store",
+        )
+    }
+}
+
+impl Error for NeverLanded {}
+
+/// Why a flush still in the air was left unsettled.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Abandoned {
+    /// The counter was closed.
+    ClosedInFlight,
+    /// The background task was dropped before it ended.
+    DroppedInFlight,
+}
+
+impl fmt::Display for Abandoned {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Abandoned::ClosedInFlight => {
+                "the counter was closed while the flush was in the store's hands, so whether \
+                 it was counted is unknown"
+            }
+            Abandoned::DroppedInFlight => {
+                "the counter's background task was dropped (its runtime shut down, or a panic \
+                 unwound through it) while the flush was in the store's hands, so whether it \
+                 was counted is unknown"
+            }
+        })
+    }
+}
+
+impl Error for Abandoned {}
+
+/// A flush the store found older than one it already applied from this participant: two live
+/// participants share an id.
+#[derive(Debug)]
+pub(crate) struct StaleFlush;
+
+impl fmt::Display for StaleFlush {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "the store already applied a later flush under this participant id: give every \
+             live participant its own id, and keep the wall clock of one restarting under a \
+             fixed id from going back",
+        )
+    }
+}
+
+impl Error for StaleFlush {}
+
+/// The store's fence held this flush's number from another flush, counted in an interval none
+/// of this one's copies could reach.
+#[derive(Debug)]
+pub(crate) struct NumberTaken;
+
+impl fmt::Display for NumberTaken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "the store answered that a flush with this number was already applied, in an \
+             interval this flush could not reach: another run under this participant id used \
+             the number (a restart whose wall clock went back, or two live participants with \
+             one id); give every live participant its own id, and keep the wall clock of one \
+             restarting under a fixed id from going back",
+        )
+    }
+}
+
+impl Error for NumberTaken {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
