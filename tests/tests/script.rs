@@ -1140,9 +1140,11 @@ async fn a_wrong_interval_brings_back_no_totals_and_writes_nothing() {
                 .await
                 .unwrap();
             let fields = fields(&value);
-            assert_eq!(fields.len(), 4, "{fields:?}");
+            // The outcome, interval, phase, no interval counted in and no fence: no totals.
+            assert_eq!(fields.len(), 5, "{fields:?}");
             let reply = decode(&request, &value).unwrap();
             expect(&reply, Outcome::WrongInterval, n)?;
+            assert_eq!(reply.fence_seq, None);
             assert!(inspector.snapshot(&base).await.is_empty());
         }
         Ok(())
