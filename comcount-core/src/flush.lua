@@ -46,11 +46,17 @@
 -- Every check comes before the first write: an error or any outcome but 0 leaves every key as
 -- it was, and an applied flush adds every amount or none.
 --
--- Reply: {outcome, N, phase in ms, interval counted in or nil, then the totals of N-1, one
--- per entry in the order sent, nil where there is none}; the interval counted in is N when
--- applied, the fence's interval for a duplicate, nil otherwise. A wrong interval carries no
--- totals. An applied 'c' flush adds one more item: the total of N just after its INCRBY,
--- which N's total can only pass (an integer, or its digits from 2^53 up).
+-- Reply: {outcome, N, phase in ms, interval counted in or nil, the fence's SEQ or nil, then
+-- the totals of N-1, one per entry in the order sent, nil where there is none}; the interval
+-- counted in is N when applied, the fence's interval for a duplicate, nil otherwise. The
+-- fence's SEQ is what the fence held as the run read it, before any write: this SEQ for a
+-- duplicate, a later one for stale, an earlier one for fenced or applied, nil when there was
+-- no fence and for a wrong interval, which does not read it. So an applied flush settles an
+-- earlier flush k of the participant whose copies all went unanswered, when no flush between
+-- them was applied and the fence has lived since k: k was applied iff the fence's SEQ is k or
+-- later, and every copy of k is stale from now on. A wrong interval carries no totals. An
+-- applied 'c' flush adds one more item: the total of N just after its INCRBY, which N's total
+-- can only pass (an integer, or its digits from 2^53 up).
 -- Error replies of the script's own start with "ERR comcount:".
 --
 -- Lua 5.1 (Redis, Valkey) and 5.4 alike: every integer is worked out with +, -, * and
@@ -165,7 +171,7 @@ local n = math.floor(now / interval)
 local phase = now - n * interval
 local reach = math.floor((#KEYS - 3) / 2)
 if n < expect - reach or n > expect + reach then
-  return {4, n, phase, false}
+  return {4, n, phase, false, false}
 end
 local key_before, key, fence_key = KEYS[n - expect + reach + 1], KEYS[n - expect + reach + 2],
   KEYS[#KEYS]
@@ -208,11 +214,12 @@ local fence = redis.pcall('GET', fence_key)
 if type(fence) == 'table' and fence.err then
   return foreign(fence_key, 'a fence', fence)
 end
--- The outcome, and the interval the flush is counted in: applied in N unless the fence says
--- otherwise.
-local outcome, counted_in = 0, n
+-- The outcome, the interval the flush is counted in (applied in N unless the fence says
+-- otherwise) and the SEQ the fence held, for the reply.
+local outcome, counted_in, fenced_seq = 0, n, false
 if fence then
-  local fenced_seq, fenced_n = string.match(fence, '^(%d+):(%d+)$')
+  local fenced_n
+  fenced_seq, fenced_n = string.match(fence, '^(%d+):(%d+)$')
   if not fenced_seq then
     return foreign(fence_key, 'a fence')
   end
@@ -314,10 +321,10 @@ end
 -- The reply. A counter's ends with its total of N after an applied INCRBY: landed, nil
 -- otherwise, where the reply stops.
 if not family then
-  return {outcome, n, phase, counted_in, before, landed}
+  return {outcome, n, phase, counted_in, fenced_seq, before, landed}
 end
-local reply = {outcome, n, phase, counted_in}
+local reply = {outcome, n, phase, counted_in, fenced_seq}
 for j = 1, count do
-  reply[4 + j] = before and before[j] or false
+  reply[5 + j] = before and before[j] or false
 end
 return reply

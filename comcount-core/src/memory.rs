@@ -198,8 +198,15 @@ impl<C: Clock> MemoryStore<C> {
             None => vec![None; request.entries.len()],
         };
         let fence_key = request.fence_key();
+        // What the fence held before this flush, which every reply but a wrong interval tells.
+        let fence_seq = match live(&fence_key) {
+            Some(Value::Fence { seq, .. }) => Some(*seq),
+            _ => None,
+        };
         let refused = |outcome, counted_in| {
-            Ok(reply(outcome, counted_in).with_totals(previous_totals.clone()))
+            Ok(reply(outcome, counted_in)
+                .with_fence_seq(fence_seq)
+                .with_totals(previous_totals.clone()))
         };
         match live(&fence_key) {
             Some(Value::Fence { seq, interval }) if request.seq == *seq => {
@@ -258,6 +265,7 @@ impl<C: Clock> MemoryStore<C> {
             },
         );
         Ok(reply(Outcome::Applied, Some(n))
+            .with_fence_seq(fence_seq)
             .with_totals(previous_totals)
             .with_landed_totals(landed_totals))
     }
@@ -467,6 +475,26 @@ mod tests {
         assert_eq!(reply.counted_in, Some(10));
         assert_eq!(reply.previous_total(), Some(5));
         assert_eq!(store.total(&key(11)), None);
+    }
+
+    #[test]
+    fn a_reply_tells_what_the_fence_held_before_the_flush() {
+        let store = store_in(10);
+        let told = |request: &FlushRequest| {
+            let reply = store.run(request).unwrap();
+            (reply.outcome, reply.fence_seq)
+        };
+        assert_eq!(told(&request(1, 5, 1, 10)), (Outcome::Applied, None));
+        assert_eq!(told(&request(1, 5, 1, 10)), (Outcome::Duplicate, Some(5)));
+        assert_eq!(told(&request(1, 3, 1, 10)), (Outcome::Stale, Some(5)));
+        assert_eq!(told(&request(1, 7, 1, 10)), (Outcome::Fenced, Some(5)));
+        assert_eq!(told(&request(1, 7, 1, 13)), (Outcome::WrongInterval, None));
+        store.clock.advance(Duration::from_millis(INTERVAL_MS));
+        assert_eq!(told(&request(1, 7, 1, 11)), (Outcome::Applied, Some(5)));
+        assert_eq!(
+            store.fence(&request(1, 7, 1, 11).fence_key()),
+            Some((7, 11))
+        );
     }
 
     #[test]

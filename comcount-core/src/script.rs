@@ -3,8 +3,10 @@
 //!
 //! The script takes the keys of [`FlushRequest::keys`] (five, or more for a further reach) and
 //! the arguments of [`arguments`], and answers with the outcome code, the server's interval
-//! number, its phase in milliseconds and the interval the flush is counted in (nil where there
-//! is none), then, unless the outcome is a wrong interval, the previous interval's total of
+//! number, its phase in milliseconds, the interval the flush is counted in (nil where there is
+//! none) and the sequence number the participant's fence held as the script read it, before
+//! any write ([`FlushReply::fence_seq`]; nil where the fence held none, and for a wrong
+//! interval), then, unless the outcome is a wrong interval, the previous interval's total of
 //! each entry, in the request's order (nil where there is none). An applied counter's flush
 //! adds its own interval's total right after it, an integer or, from 2^53 up, a string of
 //! digits. A store turns the fields it got from its client into [`Field`]s and hands them to
@@ -193,9 +195,9 @@ pub enum Field<'a> {
 /// A [`StoreError`] of kind [`Malformed`](crate::StoreErrorKind::Malformed) when the reply is not
 /// the script's answer to `request`.
 pub fn decode(request: &FlushRequest, fields: &[Field<'_>]) -> Result<FlushReply, StoreError> {
-    let [code, interval, phase, counted_in, totals @ ..] = fields else {
+    let [code, interval, phase, counted_in, fence_seq, totals @ ..] = fields else {
         return Err(malformed(format!(
-            "expected at least 4 fields, got {}",
+            "expected at least 5 fields, got {}",
             fields.len()
         )));
     };
@@ -217,6 +219,21 @@ pub fn decode(request: &FlushRequest, fields: &[Field<'_>]) -> Result<FlushReply
     if !consistent {
         return Err(malformed(format!(
             "outcome {outcome:?} in interval {interval} with counted_in {counted_in:?}"
+        )));
+    }
+    // The fence decided the outcome: what it held says which.
+    let fence_seq = optional(fence_seq)?;
+    let seq = request.seq;
+    let consistent = match outcome {
+        Outcome::Applied => fence_seq.is_none_or(|f| f < seq),
+        Outcome::Duplicate => fence_seq == Some(seq),
+        Outcome::Stale => fence_seq.is_some_and(|f| f > seq),
+        Outcome::Fenced => fence_seq.is_some_and(|f| f < seq),
+        Outcome::WrongInterval => fence_seq.is_none(),
+    };
+    if !consistent {
+        return Err(malformed(format!(
+            "outcome {outcome:?} of sequence number {seq} with the fence's {fence_seq:?}"
         )));
     }
     let entries = request.entries.len();
@@ -244,6 +261,7 @@ pub fn decode(request: &FlushRequest, fields: &[Field<'_>]) -> Result<FlushReply
         Duration::from_millis(int(phase)?),
         counted_in,
     )
+    .with_fence_seq(fence_seq)
     .with_totals(totals.iter().map(optional).collect::<Result<_, _>>()?)
     .with_landed_totals(
         landed
@@ -319,6 +337,7 @@ mod tests {
                 Field::Int(42),
                 Field::Int(17),
                 Field::Int(42),
+                Field::Nil,
                 Field::Bytes(b"9"),
             ],
         )
@@ -328,8 +347,9 @@ mod tests {
         assert_eq!(reply.phase, Duration::from_millis(17));
         assert_eq!(reply.previous_total(), Some(9));
         assert_eq!(reply.counted_in, Some(42));
-        assert!(reply.landed_totals.is_empty(), "a reply of five fields");
-        // An applied counter's sixth field, as a number or as digits from 2^53 up.
+        assert_eq!(reply.fence_seq, None);
+        assert!(reply.landed_totals.is_empty(), "a reply of six fields");
+        // An applied counter's seventh field, as a number or as digits from 2^53 up.
         for (landed, total) in [
             (Field::Int(12), 12),
             (Field::Bytes(b"9223372036854775807"), MAX),
@@ -339,20 +359,22 @@ mod tests {
                 Field::Int(42),
                 Field::Int(17),
                 Field::Int(42),
+                Field::Nil,
             ];
             let reply = decode(&counter(), &[&applied[..], &[Field::Nil, landed]].concat());
             let reply = reply.unwrap();
             assert_eq!(reply.previous_total(), None);
             assert_eq!(reply.landed_totals, [Some(total)]);
         }
-        for (code, outcome) in [(2, Outcome::Stale), (3, Outcome::Fenced)] {
+        for (code, outcome, fence) in [(2, Outcome::Stale, 9), (3, Outcome::Fenced, 3)] {
             let reply = decode(
-                &counter(),
+                &counter().with_seq(5),
                 &[
                     Field::Int(code),
                     Field::Int(1),
                     Field::Int(0),
                     Field::Nil,
+                    Field::Int(fence),
                     Field::Nil,
                 ],
             )
@@ -360,19 +382,33 @@ mod tests {
             assert_eq!(reply.outcome, outcome);
             assert_eq!(reply.previous_totals, vec![None]);
             assert_eq!(reply.counted_in, None);
+            assert_eq!(reply.fence_seq, Some(fence as u64));
         }
         let reply = decode(
             &counter(),
-            &[Field::Int(4), Field::Int(1), Field::Int(0), Field::Nil],
+            &[
+                Field::Int(4),
+                Field::Int(1),
+                Field::Int(0),
+                Field::Nil,
+                Field::Nil,
+            ],
         )
         .unwrap();
         assert_eq!(reply.outcome, Outcome::WrongInterval);
         assert!(reply.previous_totals.is_empty());
+        assert_eq!(reply.fence_seq, None);
     }
 
     #[test]
     fn a_family_reply_carries_a_total_per_entry_in_order() {
-        let applied = [Field::Int(0), Field::Int(5), Field::Int(1), Field::Int(5)];
+        let applied = [
+            Field::Int(0),
+            Field::Int(5),
+            Field::Int(1),
+            Field::Int(5),
+            Field::Nil,
+        ];
         let totals = [Field::Bytes(b"9"), Field::Nil, Field::Int(0)];
         let reply = decode(&family(&["a", "b", "c"]), &[&applied[..], &totals].concat());
         let reply = reply.unwrap();
@@ -384,11 +420,13 @@ mod tests {
             Field::Int(5),
             Field::Int(1),
             Field::Nil,
+            Field::Int(3),
             Field::Nil,
             Field::Nil,
         ];
-        let reply = decode(&family(&["a", "b"]), &none).unwrap();
+        let reply = decode(&family(&["a", "b"]).with_seq(4), &none).unwrap();
         assert_eq!(reply.previous_totals, vec![None, None]);
+        assert_eq!(reply.fence_seq, Some(3));
         // One total for each entry, no more and no fewer, each an integer.
         for bad in [
             &[Field::Int(3)][..],
@@ -410,6 +448,7 @@ mod tests {
                 Field::Int(8),
                 Field::Int(0),
                 Field::Bytes(b"7"),
+                Field::Int(1),
                 Field::Nil,
             ],
         )
@@ -417,33 +456,111 @@ mod tests {
         assert_eq!(reply.outcome, Outcome::Duplicate);
         assert_eq!(reply.interval, 8);
         assert_eq!(reply.counted_in, Some(7));
+        assert_eq!(reply.fence_seq, Some(1));
+    }
+
+    #[test]
+    fn the_fence_seq_is_what_the_fence_held_before_the_flush() {
+        let request = counter().with_seq(5);
+        let reply = |code: i64, counted_in: Field<'static>, fence: Field<'static>| {
+            decode(
+                &request,
+                &[
+                    Field::Int(code),
+                    Field::Int(8),
+                    Field::Int(0),
+                    counted_in,
+                    fence,
+                    Field::Nil,
+                ],
+            )
+        };
+        let (eight, nil) = (Field::Int(8), Field::Nil);
+        // Applied: after an earlier flush (as a number or as digits), or on an empty fence.
+        for (fence, told) in [
+            (Field::Int(4), Some(4)),
+            (Field::Bytes(b"1"), Some(1)),
+            (nil, None),
+        ] {
+            let decoded = reply(0, eight, fence).unwrap();
+            assert_eq!(decoded.fence_seq, told, "{fence:?}");
+            assert_eq!(decoded.outcome, Outcome::Applied);
+        }
+        assert_eq!(reply(1, eight, Field::Int(5)).unwrap().fence_seq, Some(5));
+        assert_eq!(reply(2, nil, Field::Int(6)).unwrap().fence_seq, Some(6));
+        assert_eq!(reply(3, nil, Field::Int(4)).unwrap().fence_seq, Some(4));
+        // What no fence could have held for the outcome it decided.
+        for (code, counted_in, fence) in [
+            // Applied over its own number or a later one: the fence was read after the write.
+            (0, eight, Field::Int(5)),
+            (0, eight, Field::Int(6)),
+            // A duplicate of another number, or of none.
+            (1, eight, Field::Int(4)),
+            (1, eight, Field::Int(6)),
+            (1, eight, nil),
+            // Stale below or at its own number, or on an empty fence.
+            (2, nil, Field::Int(5)),
+            (2, nil, Field::Int(4)),
+            (2, nil, nil),
+            // Fenced at or above its own number, or on an empty fence.
+            (3, nil, Field::Int(5)),
+            (3, nil, Field::Int(6)),
+            (3, nil, nil),
+            // Not an integer, or negative.
+            (0, eight, Field::Bytes(b"x")),
+            (0, eight, Field::Int(-1)),
+        ] {
+            assert!(
+                reply(code, counted_in, fence).is_err(),
+                "outcome {code} with the fence's {fence:?}"
+            );
+        }
+        // A wrong interval does not read the fence.
+        let wrong = [
+            Field::Int(4),
+            Field::Int(8),
+            Field::Int(0),
+            Field::Nil,
+            Field::Int(4),
+        ];
+        assert!(decode(&request, &wrong).is_err());
     }
 
     #[test]
     fn refuses_what_the_script_never_sends() {
         let nil = Field::Nil;
         let one = Field::Int(1);
-        let refused: [&[Field<'_>]; 10] = [
+        let refused: [&[Field<'_>]; 11] = [
             &[Field::Int(0)],
+            // Without the fence's sequence number.
+            &[Field::Int(4), one, Field::Int(0), nil],
             // Too few or too many totals for the request's one entry.
-            &[Field::Int(0), one, Field::Int(0), one],
-            &[Field::Int(0), one, Field::Int(0), one, nil, nil],
+            &[Field::Int(0), one, Field::Int(0), one, nil],
+            &[Field::Int(0), one, Field::Int(0), one, nil, nil, nil, nil],
             // A wrong interval with totals.
-            &[Field::Int(4), one, Field::Int(0), nil, nil],
-            &[Field::Int(9), one, Field::Int(0), nil, nil],
+            &[Field::Int(4), one, Field::Int(0), nil, nil, nil],
+            &[Field::Int(9), one, Field::Int(0), nil, nil, nil],
             &[
                 Field::Int(0),
                 Field::Int(-1),
                 Field::Int(0),
                 Field::Int(-1),
                 nil,
+                nil,
             ],
-            &[Field::Int(0), one, Field::Int(0), one, Field::Bytes(b"x")],
+            &[
+                Field::Int(0),
+                one,
+                Field::Int(0),
+                one,
+                nil,
+                Field::Bytes(b"x"),
+            ],
             // Applied elsewhere than in the server's interval, or nowhere.
-            &[Field::Int(0), one, Field::Int(0), Field::Int(2), nil],
+            &[Field::Int(0), one, Field::Int(0), Field::Int(2), nil, nil],
             // A duplicate that does not say where, and a refusal that claims to count.
-            &[Field::Int(1), one, Field::Int(0), nil, nil],
-            &[Field::Int(3), one, Field::Int(0), one, nil],
+            &[Field::Int(1), one, Field::Int(0), nil, one, nil],
+            &[Field::Int(3), one, Field::Int(0), one, Field::Int(0), nil],
         ];
         for fields in refused {
             assert!(decode(&counter(), fields).is_err(), "{fields:?}");

@@ -431,6 +431,20 @@ pub struct FlushReply {
     /// the interval the earlier copy was applied in for [`Outcome::Duplicate`], and `None` for
     /// every other outcome.
     pub counted_in: Option<u64>,
+    /// The sequence number the participant's fence held when the store ran this flush, before
+    /// the flush wrote anything: the number of the participant's last applied flush, as long
+    /// as its fence lives. That is this flush's own number for [`Outcome::Duplicate`], a later
+    /// one for [`Outcome::Stale`], an earlier one for [`Outcome::Fenced`] and for
+    /// [`Outcome::Applied`] after an earlier flush. `None` when the fence held nothing (a
+    /// participant's first flush, or one after its fence expired), for
+    /// [`Outcome::WrongInterval`], which does not read the fence, and from a store that does
+    /// not tell it (so `None` alone does not say the fence held nothing).
+    ///
+    /// An applied flush settles an earlier flush of the same participant whose copies all
+    /// went unanswered, when no flush between the two was applied and the fence has lived
+    /// since: the earlier one was counted if and only if `fence_seq` is its number or a later
+    /// one, and no copy of it can be counted from now on, as the fence holds a later number.
+    pub fence_seq: Option<u64>,
     /// The totals of the interval before `interval`, one per entry of the request and in its
     /// order: `None` where that interval holds no total for the key.
     ///
@@ -452,6 +466,7 @@ impl FlushReply {
             interval,
             phase,
             counted_in,
+            fence_seq: None,
             previous_totals: Vec::new(),
             landed_totals: Vec::new(),
         }
@@ -467,6 +482,13 @@ impl FlushReply {
     /// ([`landed_totals`](Self::landed_totals)).
     pub fn with_landed_totals(mut self, totals: Vec<Option<u64>>) -> Self {
         self.landed_totals = totals;
+        self
+    }
+
+    /// With the sequence number the participant's fence held as the flush ran
+    /// ([`fence_seq`](Self::fence_seq)).
+    pub fn with_fence_seq(mut self, fence_seq: Option<u64>) -> Self {
+        self.fence_seq = fence_seq;
         self
     }
 
@@ -505,6 +527,10 @@ impl FlushReply {
 ///   fence after [`FlushRequest::fence_ttl_ms`].
 /// - The reply's [`previous_totals`](FlushReply::previous_totals) has one item per entry, in
 ///   the request's order, unless the outcome is [`Outcome::WrongInterval`].
+/// - A reply should bring [`fence_seq`](FlushReply::fence_seq), what the participant's fence
+///   held as the flush ran, so that a flush whose copies all went unanswered can be settled by
+///   the next one applied. A store that does not tell it leaves it `None`, as a store whose
+///   fence held nothing does: `None` alone does not say which.
 /// - A single counter's applied flush should bring its
 ///   [`landed_totals`](FlushReply::landed_totals): one item, the interval's total right after
 ///   the flush was added. A counter whose flushes do not add to every interval learns its

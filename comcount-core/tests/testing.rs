@@ -62,6 +62,60 @@ fn a_store_without_a_fence_fails_naming_the_rule() {
     );
 }
 
+/// A store that changes the `fence_seq` of the memory store's replies.
+struct Fence<F>(MemoryStore, F);
+
+impl<F: Fn(&FlushRequest, FlushReply) -> FlushReply + Send + Sync + 'static> Store for Fence<F> {
+    fn name(&self) -> &str {
+        "fence"
+    }
+
+    fn flush(
+        &self,
+        request: &FlushRequest,
+        report: &Reporter,
+    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+        let reply = self.0.flush(request, report).now_or_never().unwrap();
+        std::future::ready(reply.map(|reply| (self.1)(request, reply)))
+    }
+}
+
+#[test]
+fn a_store_that_does_not_tell_the_fence_fails_naming_the_rule() {
+    let store = Fence(MemoryStore::new(), |_: &FlushRequest, reply: FlushReply| {
+        reply.with_fence_seq(None)
+    });
+    // What it does not tell fits any outcome: the other checks pass.
+    block_on(suite().fences_a_replayed_flush(&store));
+    let panic = std::panic::catch_unwind(|| block_on(suite().tells_what_the_fence_held(&store)))
+        .expect_err("a store that does not tell the fence passed");
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(
+        message.contains("the participant's fence held before the flush")
+            && message.contains("must tell that the fence held Some(5)"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_store_that_tells_the_fence_after_its_write_fails_any_check() {
+    // The applied flush's own number: what the fence holds once the flush wrote it.
+    let store = Fence(
+        MemoryStore::new(),
+        |request: &FlushRequest, reply: FlushReply| match reply.outcome {
+            Outcome::Applied => reply.with_fence_seq(Some(request.seq)),
+            _ => reply,
+        },
+    );
+    let panic = std::panic::catch_unwind(|| block_on(suite().applies_a_flush(&store)))
+        .expect_err("a store that tells the fence after its write passed");
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(
+        message.contains("a reply's fence_seq is Some(1), which a Applied of sequence number 1"),
+        "{message}"
+    );
+}
+
 /// A store on a clock that never moves.
 #[test]
 fn a_store_whose_clock_stands_still_fails_saying_so() {

@@ -453,8 +453,8 @@ const MUTANTS: &[Mutant] = &[
     ),
     m(
         "a wrong interval carries a total",
-        "return {4, n, phase, false}",
         "return {4, n, phase, false, false}",
+        "return {4, n, phase, false, false, false}",
     ),
     m(
         "wrong key for the interval",
@@ -529,13 +529,13 @@ const MUTANTS: &[Mutant] = &[
     ),
     m(
         "the last entry's total left out",
-        "for j = 1, count do\n  reply[4 + j]",
-        "for j = 1, count - 1 do\n  reply[4 + j]",
+        "for j = 1, count do\n  reply[5 + j]",
+        "for j = 1, count - 1 do\n  reply[5 + j]",
     ),
     m(
         "a missing total ends the reply",
-        "reply[4 + j] = before and before[j] or false",
-        "reply[4 + j] = before and before[j]",
+        "reply[5 + j] = before and before[j] or false",
+        "reply[5 + j] = before and before[j]",
     ),
     // The fence.
     m(
@@ -864,13 +864,43 @@ const MUTANTS: &[Mutant] = &[
     ),
     m(
         "applied reports no interval counted in",
-        "local outcome, counted_in = 0, n",
-        "local outcome, counted_in = 0, false",
+        "local outcome, counted_in, fenced_seq = 0, n, false",
+        "local outcome, counted_in, fenced_seq = 0, false, false",
     ),
     m(
         "a family's reply built as a counter's",
         "if not family then\n  return {",
         "if true then\n  return {",
+    ),
+    m(
+        "a counter's reply without the fence's SEQ",
+        "counted_in, fenced_seq, before, landed}",
+        "counted_in, false, before, landed}",
+    ),
+    m(
+        "a counter's reply tells the fence's SEQ as its own write left it",
+        "counted_in, fenced_seq, before, landed}",
+        "counted_in, outcome == 0 and seq or fenced_seq, before, landed}",
+    ),
+    m(
+        "a family's reply without the fence's SEQ",
+        "local reply = {outcome, n, phase, counted_in, fenced_seq}",
+        "local reply = {outcome, n, phase, counted_in, false}",
+    ),
+    m(
+        "a family's reply tells the fence's SEQ as its own write left it",
+        "local reply = {outcome, n, phase, counted_in, fenced_seq}",
+        "local reply = {outcome, n, phase, counted_in, outcome == 0 and seq or fenced_seq}",
+    ),
+    m(
+        "a family's totals shifted onto the fence's SEQ",
+        "  reply[5 + j] = before",
+        "  reply[4 + j] = before",
+    ),
+    m(
+        "a wrong interval's reply one item short",
+        "return {4, n, phase, false, false}",
+        "return {4, n, phase, false}",
     ),
     m(
         "an applied counter flush brings back no landed total",

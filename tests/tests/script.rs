@@ -795,17 +795,21 @@ async fn duplicate_stale_and_fenced_on_a_partition_fence() {
         let base = family.space(0).base().to_owned();
         let one = ParticipantId::random();
         let batch = family.flush(0, one, 1, &[("a", 2), ("b", 3)], n);
-        expect(&flush(store, &batch).await, Outcome::Applied, n)?;
+        let reply = flush(store, &batch).await;
+        expect(&reply, Outcome::Applied, n)?;
+        assert_eq!(reply.fence_seq, None);
         let before = inspector.snapshot(&base).await;
         let dumped = dump(inspector, &base).await;
         let reply = flush(store, &batch).await;
         expect(&reply, Outcome::Duplicate, n)?;
         assert_eq!(reply.counted_in, Some(n));
+        assert_eq!(reply.fence_seq, Some(1));
         assert_eq!(reply.previous_totals, [None, None]);
         let fenced = family.flush(0, one, 2, &[("a", 1)], n);
         let reply = flush(store, &fenced).await;
         expect(&reply, Outcome::Fenced, n)?;
         assert_eq!(reply.counted_in, None);
+        assert_eq!(reply.fence_seq, Some(1));
         assert_eq!(reply.previous_totals, [None]);
         assert_untouched(inspector, &base, &before, &dumped, "a refused batch").await;
 
@@ -813,16 +817,20 @@ async fn duplicate_stale_and_fenced_on_a_partition_fence() {
         // later one a duplicate, each with interval n's totals.
         let m = the_next_interval(store, n).await?;
         let later = family.flush(0, one, 3, &[("b", 1), ("c", 1)], m);
-        expect(&flush(store, &later).await, Outcome::Applied, m)?;
+        let reply = flush(store, &later).await;
+        expect(&reply, Outcome::Applied, m)?;
+        assert_eq!(reply.fence_seq, Some(1));
         let before = inspector.snapshot(&base).await;
         let dumped = dump(inspector, &base).await;
         let reply = flush(store, &batch).await;
         expect(&reply, Outcome::Stale, m)?;
         assert_eq!(reply.counted_in, None);
+        assert_eq!(reply.fence_seq, Some(3));
         assert_eq!(reply.previous_totals, [Some(2), Some(3)]);
         let reply = flush(store, &later).await;
         expect(&reply, Outcome::Duplicate, m)?;
         assert_eq!(reply.counted_in, Some(m));
+        assert_eq!(reply.fence_seq, Some(3));
         assert_eq!(reply.previous_totals, [Some(3), None]);
         assert_untouched(inspector, &base, &before, &dumped, "a refused batch").await;
         Ok(())
@@ -1140,9 +1148,11 @@ async fn a_wrong_interval_brings_back_no_totals_and_writes_nothing() {
                 .await
                 .unwrap();
             let fields = fields(&value);
-            assert_eq!(fields.len(), 4, "{fields:?}");
+            // The outcome, interval, phase, no interval counted in and no fence: no totals.
+            assert_eq!(fields.len(), 5, "{fields:?}");
             let reply = decode(&request, &value).unwrap();
             expect(&reply, Outcome::WrongInterval, n)?;
+            assert_eq!(reply.fence_seq, None);
             assert!(inspector.snapshot(&base).await.is_empty());
         }
         Ok(())

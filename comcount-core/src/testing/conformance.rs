@@ -181,6 +181,13 @@ checks! {
     ignores_a_stale_flush =>
         "a flush older than the participant's last applied one is stale and adds nothing",
         ignores_a_stale_flush_steps, check_interval;
+    /// Every reply but a wrong interval's tells the sequence number the participant's fence
+    /// held before the flush ([`FlushReply::fence_seq`]): none for a participant's first
+    /// flush, the flush's own for a duplicate, the later one applied for a stale flush, the
+    /// earlier one for a fenced flush and for the participant's next flush applied.
+    tells_what_the_fence_held =>
+        "a reply tells the sequence number the participant's fence held before the flush",
+        tells_what_the_fence_held_steps, check_interval;
     /// A flush that expects an interval two or more away from the store's is
     /// [`Outcome::WrongInterval`], carries the store's interval and writes nothing: not even
     /// the participant's fence.
@@ -462,6 +469,21 @@ impl<'a, S: Store> Run<'a, S> {
                 reply.counted_in, reply.outcome, reply.interval
             ));
         }
+        // A store may not tell what the fence held; what it tells must fit the outcome.
+        let seq = request.seq;
+        let fenced = match (reply.outcome, reply.fence_seq) {
+            (_, None) => true,
+            (Outcome::Duplicate, Some(f)) => f == seq,
+            (Outcome::Stale, Some(f)) => f > seq,
+            (Outcome::Applied | Outcome::Fenced, Some(f)) => f < seq,
+            (Outcome::WrongInterval, Some(_)) => false,
+        };
+        if !fenced {
+            self.fail(format_args!(
+                "a reply's fence_seq is {:?}, which a {:?} of sequence number {seq} cannot have                  (the fence holds the flush's own number for a duplicate, a later one for a                  stale flush, an earlier one for an applied or fenced one, and a wrong                  interval reads no fence): {reply:?}",
+                reply.fence_seq, reply.outcome
+            ));
+        }
         if reply.outcome != Outcome::WrongInterval
             && reply.previous_totals.len() != request.entries.len()
         {
@@ -471,6 +493,16 @@ impl<'a, S: Store> Run<'a, S> {
                 reply.outcome,
                 reply.previous_totals.len(),
                 request.entries.len()
+            ));
+        }
+    }
+
+    /// Checks the sequence number a reply says the fence held.
+    fn fence_seq(&self, reply: &FlushReply, fence_seq: Option<u64>, what: &str) {
+        if reply.fence_seq != fence_seq {
+            self.fail(format_args!(
+                "{what}: the reply must tell that the fence held {fence_seq:?}, it tells {:?}                  ({reply:?})",
+                reply.fence_seq
             ));
         }
     }
@@ -743,6 +775,61 @@ async fn ignores_a_stale_flush_steps<S: Store>(run: Run<'_, S>) -> Result<(), Sl
         "the older flush, an interval later",
     )?;
     run.totals(&reply, &[Some(5)], "the stale flush adds nothing");
+    Ok(())
+}
+
+async fn tells_what_the_fence_held_steps<S: Store>(run: Run<'_, S>) -> Result<(), Slipped> {
+    let one = someone();
+    let n = run.aim(0).await?;
+    let first = run.single(one, 5, 1, n);
+    let reply = run.flush(&first).await;
+    run.expect(&reply, Outcome::Applied, n, "a participant's first flush")?;
+    run.fence_seq(&reply, None, "a participant's first flush, on no fence");
+    let reply = run.flush(&first).await;
+    run.expect(&reply, Outcome::Duplicate, n, "a replayed flush")?;
+    run.fence_seq(
+        &reply,
+        Some(5),
+        "a duplicate, whose own number the fence holds",
+    );
+    let reply = run.flush(&run.single(one, 7, 1, n)).await;
+    run.expect(&reply, Outcome::Fenced, n, "a second flush in one interval")?;
+    run.fence_seq(&reply, Some(5), "a fenced flush, after the first one");
+    let reply = run.flush(&run.single(one, 3, 1, n)).await;
+    run.expect(&reply, Outcome::Stale, n, "an older flush")?;
+    run.fence_seq(&reply, Some(5), "a stale flush, after a later one");
+    let m = run.next(n).await?;
+    let next = run.single(one, 7, 1, m);
+    let reply = run.flush(&next).await;
+    run.expect(&reply, Outcome::Applied, m, "the participant's next flush")?;
+    run.fence_seq(
+        &reply,
+        Some(5),
+        "the participant's next flush applied, after the first one",
+    );
+    let reply = run.flush(&next).await;
+    run.expect(&reply, Outcome::Duplicate, m, "the next flush, replayed")?;
+    run.fence_seq(&reply, Some(7), "a duplicate of the next flush");
+    let reply = run.flush(&first.clone().with_expect(m)).await;
+    run.expect(
+        &reply,
+        Outcome::Stale,
+        m,
+        "the first flush, after the next one was applied",
+    )?;
+    run.fence_seq(
+        &reply,
+        Some(7),
+        "the first flush, stale once the next one was applied",
+    );
+    let reply = run.flush(&run.single(one, 9, 1, m + 5)).await;
+    run.expect(
+        &reply,
+        Outcome::WrongInterval,
+        m,
+        "a flush expecting five intervals on",
+    )?;
+    run.fence_seq(&reply, None, "a wrong interval, which reads no fence");
     Ok(())
 }
 
