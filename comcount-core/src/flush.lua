@@ -46,17 +46,18 @@
 -- Every check comes before the first write: an error or any outcome but 0 leaves every key as
 -- it was, and an applied flush adds every amount or none.
 --
--- Reply: {outcome, N, phase in ms, interval counted in or nil, the fence's SEQ or nil, then
--- the totals of N-1, one per entry in the order sent, nil where there is none}; the interval
--- counted in is N when applied, the fence's interval for a duplicate, nil otherwise. The
--- fence's SEQ is what the fence held as the run read it, before any write: this SEQ for a
--- duplicate, a later one for stale, an earlier one for fenced or applied, nil when there was
--- no fence and for a wrong interval, which does not read it. So an applied flush settles an
--- earlier flush k of the participant whose copies all went unanswered, when no flush between
--- them was applied and the fence has lived since k: k was applied iff the fence's SEQ is k or
--- later, and every copy of k is stale from now on. A wrong interval carries no totals. An
--- applied 'c' flush adds one more item: the total of N just after its INCRBY, which N's total
--- can only pass (an integer, or its digits from 2^53 up).
+-- Reply: {outcome, N, phase in ms, interval counted in or nil, the fence, then the totals of
+-- N-1, one per entry in the order sent, nil where there is none}; the interval counted in is
+-- N when applied, the fence's interval for a duplicate, nil otherwise. The fence is what it
+-- held as the run read it, before any write: "SEQ:N" of the participant's last applied flush
+-- (this SEQ for a duplicate, a later one for stale, an earlier one for fenced or applied), 0
+-- when it held nothing, nil for a wrong interval, which does not read it. So an applied flush
+-- settles an earlier flush k of the participant whose copies all went unanswered, when no
+-- flush between them was applied and the fence has lived since k: k was applied, in the
+-- fence's N, iff the fence holds k, not if it holds an earlier SEQ or nothing, and every copy
+-- of k is stale from now on. A wrong interval carries no totals. An applied 'c' flush adds one
+-- more item: the total of N just after its INCRBY, which N's total can only pass (an integer,
+-- or its digits from 2^53 up).
 -- Error replies of the script's own start with "ERR comcount:".
 --
 -- Lua 5.1 (Redis, Valkey) and 5.4 alike: every integer is worked out with +, -, * and
@@ -214,12 +215,11 @@ local fence = redis.pcall('GET', fence_key)
 if type(fence) == 'table' and fence.err then
   return foreign(fence_key, 'a fence', fence)
 end
--- The outcome, the interval the flush is counted in (applied in N unless the fence says
--- otherwise) and the SEQ the fence held, for the reply.
-local outcome, counted_in, fenced_seq = 0, n, false
+-- The outcome, and the interval the flush is counted in: applied in N unless the fence says
+-- otherwise.
+local outcome, counted_in = 0, n
 if fence then
-  local fenced_n
-  fenced_seq, fenced_n = string.match(fence, '^(%d+):(%d+)$')
+  local fenced_seq, fenced_n = string.match(fence, '^(%d+):(%d+)$')
   if not fenced_seq then
     return foreign(fence_key, 'a fence')
   end
@@ -321,9 +321,9 @@ end
 -- The reply. A counter's ends with its total of N after an applied INCRBY: landed, nil
 -- otherwise, where the reply stops.
 if not family then
-  return {outcome, n, phase, counted_in, fenced_seq, before, landed}
+  return {outcome, n, phase, counted_in, fence or 0, before, landed}
 end
-local reply = {outcome, n, phase, counted_in, fenced_seq}
+local reply = {outcome, n, phase, counted_in, fence or 0}
 for j = 1, count do
   reply[5 + j] = before and before[j] or false
 end

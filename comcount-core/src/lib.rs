@@ -96,7 +96,7 @@ pub use family::{Family, KeyCounter};
 pub use keys::{KeySpace, Layout};
 pub use memory::MemoryStore;
 pub use settings::{MAX_NAME_LEN, MAX_PREFIX_LEN};
-pub use store::{Entry, FlushReply, FlushRequest, Outcome, ParticipantId, Store};
+pub use store::{Entry, Fence, FlushReply, FlushRequest, Outcome, ParticipantId, Store};
 pub use timing::Timing;
 pub use worker::Worker;
 

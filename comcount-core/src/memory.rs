@@ -10,7 +10,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::diagnostics::Reporter;
 use crate::error::StoreError;
 use crate::keys::Layout;
-use crate::store::{FlushReply, FlushRequest, Outcome, Store};
+use crate::store::{Fence, FlushReply, FlushRequest, Outcome, Store};
 use crate::tally::MAX;
 
 /// How many flushes between two sweeps of expired keys.
@@ -199,13 +199,16 @@ impl<C: Clock> MemoryStore<C> {
         };
         let fence_key = request.fence_key();
         // What the fence held before this flush, which every reply but a wrong interval tells.
-        let fence_seq = match live(&fence_key) {
-            Some(Value::Fence { seq, .. }) => Some(*seq),
-            _ => None,
+        let fence = match live(&fence_key) {
+            Some(Value::Fence { seq, interval }) => Fence::Held {
+                seq: *seq,
+                interval: *interval,
+            },
+            _ => Fence::Empty,
         };
         let refused = |outcome, counted_in| {
             Ok(reply(outcome, counted_in)
-                .with_fence_seq(fence_seq)
+                .with_fence(fence)
                 .with_totals(previous_totals.clone()))
         };
         match live(&fence_key) {
@@ -265,7 +268,7 @@ impl<C: Clock> MemoryStore<C> {
             },
         );
         Ok(reply(Outcome::Applied, Some(n))
-            .with_fence_seq(fence_seq)
+            .with_fence(fence)
             .with_totals(previous_totals)
             .with_landed_totals(landed_totals))
     }
@@ -482,15 +485,25 @@ mod tests {
         let store = store_in(10);
         let told = |request: &FlushRequest| {
             let reply = store.run(request).unwrap();
-            (reply.outcome, reply.fence_seq)
+            (reply.outcome, reply.fence)
         };
-        assert_eq!(told(&request(1, 5, 1, 10)), (Outcome::Applied, None));
-        assert_eq!(told(&request(1, 5, 1, 10)), (Outcome::Duplicate, Some(5)));
-        assert_eq!(told(&request(1, 3, 1, 10)), (Outcome::Stale, Some(5)));
-        assert_eq!(told(&request(1, 7, 1, 10)), (Outcome::Fenced, Some(5)));
-        assert_eq!(told(&request(1, 7, 1, 13)), (Outcome::WrongInterval, None));
+        let held = Fence::Held {
+            seq: 5,
+            interval: 10,
+        };
+        assert_eq!(
+            told(&request(1, 5, 1, 10)),
+            (Outcome::Applied, Fence::Empty)
+        );
+        assert_eq!(told(&request(1, 5, 1, 10)), (Outcome::Duplicate, held));
+        assert_eq!(told(&request(1, 3, 1, 10)), (Outcome::Stale, held));
+        assert_eq!(told(&request(1, 7, 1, 10)), (Outcome::Fenced, held));
+        assert_eq!(
+            told(&request(1, 7, 1, 13)),
+            (Outcome::WrongInterval, Fence::Untold)
+        );
         store.clock.advance(Duration::from_millis(INTERVAL_MS));
-        assert_eq!(told(&request(1, 7, 1, 11)), (Outcome::Applied, Some(5)));
+        assert_eq!(told(&request(1, 7, 1, 11)), (Outcome::Applied, held));
         assert_eq!(
             store.fence(&request(1, 7, 1, 11).fence_key()),
             Some((7, 11))

@@ -4,9 +4,9 @@
 //! The script takes the keys of [`FlushRequest::keys`] (five, or more for a further reach) and
 //! the arguments of [`arguments`], and answers with the outcome code, the server's interval
 //! number, its phase in milliseconds, the interval the flush is counted in (nil where there is
-//! none) and the sequence number the participant's fence held as the script read it, before
-//! any write ([`FlushReply::fence_seq`]; nil where the fence held none, and for a wrong
-//! interval), then, unless the outcome is a wrong interval, the previous interval's total of
+//! none) and what the participant's fence held as the script read it, before any write
+//! ([`FlushReply::fence`]: `"SEQ:N"`, 0 where it held nothing, nil for a wrong interval),
+//! then, unless the outcome is a wrong interval, the previous interval's total of
 //! each entry, in the request's order (nil where there is none). An applied counter's flush
 //! adds its own interval's total right after it, an integer or, from 2^53 up, a string of
 //! digits. A store turns the fields it got from its client into [`Field`]s and hands them to
@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crate::error::StoreError;
 use crate::keys::Layout;
-use crate::store::{FlushReply, FlushRequest, Outcome};
+use crate::store::{Fence, FlushReply, FlushRequest, Outcome};
 
 pub use crate::script_loader::ScriptLoader;
 
@@ -195,7 +195,7 @@ pub enum Field<'a> {
 /// A [`StoreError`] of kind [`Malformed`](crate::StoreErrorKind::Malformed) when the reply is not
 /// the script's answer to `request`.
 pub fn decode(request: &FlushRequest, fields: &[Field<'_>]) -> Result<FlushReply, StoreError> {
-    let [code, interval, phase, counted_in, fence_seq, totals @ ..] = fields else {
+    let [code, interval, phase, counted_in, fence, totals @ ..] = fields else {
         return Err(malformed(format!(
             "expected at least 5 fields, got {}",
             fields.len()
@@ -222,18 +222,24 @@ pub fn decode(request: &FlushRequest, fields: &[Field<'_>]) -> Result<FlushReply
         )));
     }
     // The fence decided the outcome: what it held says which.
-    let fence_seq = optional(fence_seq)?;
-    let seq = request.seq;
+    let fence = fence_held(fence)?;
+    let (seq, held) = (request.seq, fence.seq());
     let consistent = match outcome {
-        Outcome::Applied => fence_seq.is_none_or(|f| f < seq),
-        Outcome::Duplicate => fence_seq == Some(seq),
-        Outcome::Stale => fence_seq.is_some_and(|f| f > seq),
-        Outcome::Fenced => fence_seq.is_some_and(|f| f < seq),
-        Outcome::WrongInterval => fence_seq.is_none(),
+        Outcome::Applied => fence == Fence::Empty || held.is_some_and(|f| f < seq),
+        Outcome::Duplicate => {
+            fence
+                == Fence::Held {
+                    seq,
+                    interval: counted_in.unwrap_or_default(),
+                }
+        }
+        Outcome::Stale => held.is_some_and(|f| f > seq),
+        Outcome::Fenced => held.is_some_and(|f| f < seq),
+        Outcome::WrongInterval => fence == Fence::Untold,
     };
     if !consistent {
         return Err(malformed(format!(
-            "outcome {outcome:?} of sequence number {seq} with the fence's {fence_seq:?}"
+            "outcome {outcome:?} of sequence number {seq} with the fence {fence:?}"
         )));
     }
     let entries = request.entries.len();
@@ -261,7 +267,7 @@ pub fn decode(request: &FlushRequest, fields: &[Field<'_>]) -> Result<FlushReply
         Duration::from_millis(int(phase)?),
         counted_in,
     )
-    .with_fence_seq(fence_seq)
+    .with_fence(fence)
     .with_totals(totals.iter().map(optional).collect::<Result<_, _>>()?)
     .with_landed_totals(
         landed
@@ -269,6 +275,23 @@ pub fn decode(request: &FlushRequest, fields: &[Field<'_>]) -> Result<FlushReply
             .map(|t| int(t).map(Some))
             .collect::<Result<_, _>>()?,
     ))
+}
+
+/// The fence as the script read it: `"SEQ:N"`, 0 when it held nothing, nil when not read.
+fn fence_held(field: &Field<'_>) -> Result<Fence, StoreError> {
+    let held = match field {
+        Field::Nil => return Ok(Fence::Untold),
+        Field::Int(0) => return Ok(Fence::Empty),
+        Field::Bytes(held) => std::str::from_utf8(held).ok().and_then(|held| {
+            let (seq, interval) = held.split_once(':')?;
+            Some(Fence::Held {
+                seq: seq.parse().ok()?,
+                interval: interval.parse().ok()?,
+            })
+        }),
+        Field::Int(_) => None,
+    };
+    held.ok_or_else(|| malformed(format!("{field:?} is not a fence")))
 }
 
 fn optional(field: &Field<'_>) -> Result<Option<u64>, StoreError> {
@@ -337,7 +360,7 @@ mod tests {
                 Field::Int(42),
                 Field::Int(17),
                 Field::Int(42),
-                Field::Nil,
+                Field::Int(0),
                 Field::Bytes(b"9"),
             ],
         )
@@ -347,7 +370,7 @@ mod tests {
         assert_eq!(reply.phase, Duration::from_millis(17));
         assert_eq!(reply.previous_total(), Some(9));
         assert_eq!(reply.counted_in, Some(42));
-        assert_eq!(reply.fence_seq, None);
+        assert_eq!(reply.fence, Fence::Empty);
         assert!(reply.landed_totals.is_empty(), "a reply of six fields");
         // An applied counter's seventh field, as a number or as digits from 2^53 up.
         for (landed, total) in [
@@ -359,14 +382,17 @@ mod tests {
                 Field::Int(42),
                 Field::Int(17),
                 Field::Int(42),
-                Field::Nil,
+                Field::Int(0),
             ];
             let reply = decode(&counter(), &[&applied[..], &[Field::Nil, landed]].concat());
             let reply = reply.unwrap();
             assert_eq!(reply.previous_total(), None);
             assert_eq!(reply.landed_totals, [Some(total)]);
         }
-        for (code, outcome, fence) in [(2, Outcome::Stale, 9), (3, Outcome::Fenced, 3)] {
+        for (code, outcome, fence, seq) in [
+            (2, Outcome::Stale, &b"9:1"[..], 9),
+            (3, Outcome::Fenced, b"3:1", 3),
+        ] {
             let reply = decode(
                 &counter().with_seq(5),
                 &[
@@ -374,7 +400,7 @@ mod tests {
                     Field::Int(1),
                     Field::Int(0),
                     Field::Nil,
-                    Field::Int(fence),
+                    Field::Bytes(fence),
                     Field::Nil,
                 ],
             )
@@ -382,7 +408,7 @@ mod tests {
             assert_eq!(reply.outcome, outcome);
             assert_eq!(reply.previous_totals, vec![None]);
             assert_eq!(reply.counted_in, None);
-            assert_eq!(reply.fence_seq, Some(fence as u64));
+            assert_eq!(reply.fence, Fence::Held { seq, interval: 1 });
         }
         let reply = decode(
             &counter(),
@@ -397,7 +423,7 @@ mod tests {
         .unwrap();
         assert_eq!(reply.outcome, Outcome::WrongInterval);
         assert!(reply.previous_totals.is_empty());
-        assert_eq!(reply.fence_seq, None);
+        assert_eq!(reply.fence, Fence::Untold);
     }
 
     #[test]
@@ -407,7 +433,7 @@ mod tests {
             Field::Int(5),
             Field::Int(1),
             Field::Int(5),
-            Field::Nil,
+            Field::Int(0),
         ];
         let totals = [Field::Bytes(b"9"), Field::Nil, Field::Int(0)];
         let reply = decode(&family(&["a", "b", "c"]), &[&applied[..], &totals].concat());
@@ -420,13 +446,19 @@ mod tests {
             Field::Int(5),
             Field::Int(1),
             Field::Nil,
-            Field::Int(3),
+            Field::Bytes(b"3:5"),
             Field::Nil,
             Field::Nil,
         ];
         let reply = decode(&family(&["a", "b"]).with_seq(4), &none).unwrap();
         assert_eq!(reply.previous_totals, vec![None, None]);
-        assert_eq!(reply.fence_seq, Some(3));
+        assert_eq!(
+            reply.fence,
+            Fence::Held {
+                seq: 3,
+                interval: 5
+            }
+        );
         // One total for each entry, no more and no fewer, each an integer.
         for bad in [
             &[Field::Int(3)][..],
@@ -448,7 +480,7 @@ mod tests {
                 Field::Int(8),
                 Field::Int(0),
                 Field::Bytes(b"7"),
-                Field::Int(1),
+                Field::Bytes(b"1:7"),
                 Field::Nil,
             ],
         )
@@ -456,11 +488,17 @@ mod tests {
         assert_eq!(reply.outcome, Outcome::Duplicate);
         assert_eq!(reply.interval, 8);
         assert_eq!(reply.counted_in, Some(7));
-        assert_eq!(reply.fence_seq, Some(1));
+        assert_eq!(
+            reply.fence,
+            Fence::Held {
+                seq: 1,
+                interval: 7
+            }
+        );
     }
 
     #[test]
-    fn the_fence_seq_is_what_the_fence_held_before_the_flush() {
+    fn the_fence_is_what_it_held_before_the_flush() {
         let request = counter().with_seq(5);
         let reply = |code: i64, counted_in: Field<'static>, fence: Field<'static>| {
             decode(
@@ -476,43 +514,45 @@ mod tests {
             )
         };
         let (eight, nil) = (Field::Int(8), Field::Nil);
-        // Applied: after an earlier flush (as a number or as digits), or on an empty fence.
-        for (fence, told) in [
-            (Field::Int(4), Some(4)),
-            (Field::Bytes(b"1"), Some(1)),
-            (nil, None),
+        let held = |seq, interval| Fence::Held { seq, interval };
+        for (code, counted_in, fence, told) in [
+            // Applied: after an earlier flush, or on an empty fence.
+            (0, eight, Field::Bytes(b"4:7"), held(4, 7)),
+            (0, eight, Field::Int(0), Fence::Empty),
+            (1, eight, Field::Bytes(b"5:8"), held(5, 8)),
+            (2, nil, Field::Bytes(b"6:8"), held(6, 8)),
+            (3, nil, Field::Bytes(b"4:8"), held(4, 8)),
         ] {
-            let decoded = reply(0, eight, fence).unwrap();
-            assert_eq!(decoded.fence_seq, told, "{fence:?}");
-            assert_eq!(decoded.outcome, Outcome::Applied);
+            let decoded = reply(code, counted_in, fence).unwrap();
+            assert_eq!(decoded.fence, told, "{fence:?}");
         }
-        assert_eq!(reply(1, eight, Field::Int(5)).unwrap().fence_seq, Some(5));
-        assert_eq!(reply(2, nil, Field::Int(6)).unwrap().fence_seq, Some(6));
-        assert_eq!(reply(3, nil, Field::Int(4)).unwrap().fence_seq, Some(4));
         // What no fence could have held for the outcome it decided.
         for (code, counted_in, fence) in [
             // Applied over its own number or a later one: the fence was read after the write.
-            (0, eight, Field::Int(5)),
-            (0, eight, Field::Int(6)),
-            // A duplicate of another number, or of none.
-            (1, eight, Field::Int(4)),
-            (1, eight, Field::Int(6)),
-            (1, eight, nil),
+            (0, eight, Field::Bytes(b"5:8")),
+            (0, eight, Field::Bytes(b"6:8")),
+            (0, eight, nil),
+            // A duplicate of another number, of another interval, or of none.
+            (1, eight, Field::Bytes(b"4:8")),
+            (1, eight, Field::Bytes(b"5:7")),
+            (1, eight, Field::Int(0)),
             // Stale below or at its own number, or on an empty fence.
-            (2, nil, Field::Int(5)),
-            (2, nil, Field::Int(4)),
-            (2, nil, nil),
+            (2, nil, Field::Bytes(b"5:8")),
+            (2, nil, Field::Bytes(b"4:8")),
+            (2, nil, Field::Int(0)),
             // Fenced at or above its own number, or on an empty fence.
-            (3, nil, Field::Int(5)),
-            (3, nil, Field::Int(6)),
-            (3, nil, nil),
-            // Not an integer, or negative.
+            (3, nil, Field::Bytes(b"5:8")),
+            (3, nil, Field::Bytes(b"6:8")),
+            (3, nil, Field::Int(0)),
+            // Not a fence.
             (0, eight, Field::Bytes(b"x")),
-            (0, eight, Field::Int(-1)),
+            (0, eight, Field::Bytes(b"4")),
+            (0, eight, Field::Int(4)),
+            (0, eight, Field::Bytes(b"-1:8")),
         ] {
             assert!(
                 reply(code, counted_in, fence).is_err(),
-                "outcome {code} with the fence's {fence:?}"
+                "outcome {code} with the fence {fence:?}"
             );
         }
         // A wrong interval does not read the fence.

@@ -431,20 +431,10 @@ pub struct FlushReply {
     /// the interval the earlier copy was applied in for [`Outcome::Duplicate`], and `None` for
     /// every other outcome.
     pub counted_in: Option<u64>,
-    /// The sequence number the participant's fence held when the store ran this flush, before
-    /// the flush wrote anything: the number of the participant's last applied flush, as long
-    /// as its fence lives. That is this flush's own number for [`Outcome::Duplicate`], a later
-    /// one for [`Outcome::Stale`], an earlier one for [`Outcome::Fenced`] and for
-    /// [`Outcome::Applied`] after an earlier flush. `None` when the fence held nothing (a
-    /// participant's first flush, or one after its fence expired), for
-    /// [`Outcome::WrongInterval`], which does not read the fence, and from a store that does
-    /// not tell it (so `None` alone does not say the fence held nothing).
-    ///
-    /// An applied flush settles an earlier flush of the same participant whose copies all
-    /// went unanswered, when no flush between the two was applied and the fence has lived
-    /// since: the earlier one was counted if and only if `fence_seq` is its number or a later
-    /// one, and no copy of it can be counted from now on, as the fence holds a later number.
-    pub fence_seq: Option<u64>,
+    /// What the participant's fence held when the store ran this flush, before the flush
+    /// wrote anything. [`Fence::Untold`] from a store that does not tell, and for
+    /// [`Outcome::WrongInterval`], which does not read the fence.
+    pub fence: Fence,
     /// The totals of the interval before `interval`, one per entry of the request and in its
     /// order: `None` where that interval holds no total for the key.
     ///
@@ -458,6 +448,40 @@ pub struct FlushReply {
     pub landed_totals: Vec<Option<u64>>,
 }
 
+/// What a participant's fence held when the store ran a flush: the store's record of the
+/// participant's last applied flush, which turns away every copy of it and of any earlier one.
+///
+/// An applied flush settles an earlier flush of the same participant none of whose copies
+/// answered, when no flush between the two was applied and the fence has lived since: the
+/// earlier one was counted if the fence held its number, and not if it held an earlier one or
+/// nothing; either way no copy of it can be counted from then on.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum Fence {
+    /// The store did not say.
+    #[default]
+    Untold,
+    /// No flush of the participant was applied within the fence's life.
+    Empty,
+    /// The participant's last applied flush: its sequence number and the interval it was
+    /// counted in.
+    Held {
+        /// Its sequence number.
+        seq: u64,
+        /// The interval it was counted in.
+        interval: u64,
+    },
+}
+
+impl Fence {
+    /// The sequence number held, if any.
+    pub fn seq(self) -> Option<u64> {
+        match self {
+            Fence::Held { seq, .. } => Some(seq),
+            Fence::Untold | Fence::Empty => None,
+        }
+    }
+}
+
 impl FlushReply {
     /// A reply with no totals; add them with [`with_totals`](Self::with_totals).
     pub fn new(outcome: Outcome, interval: u64, phase: Duration, counted_in: Option<u64>) -> Self {
@@ -466,7 +490,7 @@ impl FlushReply {
             interval,
             phase,
             counted_in,
-            fence_seq: None,
+            fence: Fence::Untold,
             previous_totals: Vec::new(),
             landed_totals: Vec::new(),
         }
@@ -485,10 +509,9 @@ impl FlushReply {
         self
     }
 
-    /// With the sequence number the participant's fence held as the flush ran
-    /// ([`fence_seq`](Self::fence_seq)).
-    pub fn with_fence_seq(mut self, fence_seq: Option<u64>) -> Self {
-        self.fence_seq = fence_seq;
+    /// With what the participant's fence held as the flush ran ([`fence`](Self::fence)).
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.fence = fence;
         self
     }
 
@@ -527,10 +550,10 @@ impl FlushReply {
 ///   fence after [`FlushRequest::fence_ttl_ms`].
 /// - The reply's [`previous_totals`](FlushReply::previous_totals) has one item per entry, in
 ///   the request's order, unless the outcome is [`Outcome::WrongInterval`].
-/// - A reply should bring [`fence_seq`](FlushReply::fence_seq), what the participant's fence
-///   held as the flush ran, so that a flush whose copies all went unanswered can be settled by
-///   the next one applied. A store that does not tell it leaves it `None`, as a store whose
-///   fence held nothing does: `None` alone does not say which.
+/// - A reply should bring [`fence`](FlushReply::fence), what the participant's fence held as
+///   the flush ran, so that a flush whose copies all went unanswered can be settled by the
+///   next one applied; such a flush stays unsettled with a store that leaves it
+///   [`Fence::Untold`].
 /// - A single counter's applied flush should bring its
 ///   [`landed_totals`](FlushReply::landed_totals): one item, the interval's total right after
 ///   the flush was added. A counter whose flushes do not add to every interval learns its

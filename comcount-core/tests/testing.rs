@@ -12,7 +12,7 @@ use comcount_core::diagnostics::{Recorder, Reporter};
 use comcount_core::testing::conformance::Conformance;
 use comcount_core::testing::{ScriptedStore, Step};
 use comcount_core::{
-    FlushReply, FlushRequest, MemoryStore, Outcome, ParticipantId, Store, StoreError,
+    Fence, FlushReply, FlushRequest, MemoryStore, Outcome, ParticipantId, Store, StoreError,
     StoreErrorKind,
 };
 use futures::FutureExt;
@@ -62,10 +62,10 @@ fn a_store_without_a_fence_fails_naming_the_rule() {
     );
 }
 
-/// A store that changes the `fence_seq` of the memory store's replies.
-struct Fence<F>(MemoryStore, F);
+/// A store that changes the `fence` of the memory store's replies.
+struct Fenced<F>(MemoryStore, F);
 
-impl<F: Fn(&FlushRequest, FlushReply) -> FlushReply + Send + Sync + 'static> Store for Fence<F> {
+impl<F: Fn(&FlushRequest, FlushReply) -> FlushReply + Send + Sync + 'static> Store for Fenced<F> {
     fn name(&self) -> &str {
         "fence"
     }
@@ -82,8 +82,8 @@ impl<F: Fn(&FlushRequest, FlushReply) -> FlushReply + Send + Sync + 'static> Sto
 
 #[test]
 fn a_store_that_does_not_tell_the_fence_fails_naming_the_rule() {
-    let store = Fence(MemoryStore::new(), |_: &FlushRequest, reply: FlushReply| {
-        reply.with_fence_seq(None)
+    let store = Fenced(MemoryStore::new(), |_: &FlushRequest, reply: FlushReply| {
+        reply.with_fence(Fence::Untold)
     });
     // What it does not tell fits any outcome: the other checks pass.
     block_on(suite().fences_a_replayed_flush(&store));
@@ -92,7 +92,7 @@ fn a_store_that_does_not_tell_the_fence_fails_naming_the_rule() {
     let message = panic.downcast_ref::<String>().unwrap();
     assert!(
         message.contains("the participant's fence held before the flush")
-            && message.contains("must tell that the fence held Some(5)"),
+            && message.contains("must tell that the fence held Empty"),
         "{message}"
     );
 }
@@ -100,10 +100,16 @@ fn a_store_that_does_not_tell_the_fence_fails_naming_the_rule() {
 #[test]
 fn a_store_that_tells_the_fence_after_its_write_fails_any_check() {
     // The applied flush's own number: what the fence holds once the flush wrote it.
-    let store = Fence(
+    let store = Fenced(
         MemoryStore::new(),
         |request: &FlushRequest, reply: FlushReply| match reply.outcome {
-            Outcome::Applied => reply.with_fence_seq(Some(request.seq)),
+            Outcome::Applied => {
+                let interval = reply.interval;
+                reply.with_fence(Fence::Held {
+                    seq: request.seq,
+                    interval,
+                })
+            }
             _ => reply,
         },
     );
@@ -111,7 +117,8 @@ fn a_store_that_tells_the_fence_after_its_write_fails_any_check() {
         .expect_err("a store that tells the fence after its write passed");
     let message = panic.downcast_ref::<String>().unwrap();
     assert!(
-        message.contains("a reply's fence_seq is Some(1), which a Applied of sequence number 1"),
+        message.contains("a reply's fence is Held { seq: 1, interval: ")
+            && message.contains("which a Applied of sequence number 1 cannot have"),
         "{message}"
     );
 }

@@ -859,8 +859,8 @@ const MUTANTS: &[Mutant] = &[
     ),
     m(
         "applied reports no interval counted in",
-        "local outcome, counted_in, fenced_seq = 0, n, false",
-        "local outcome, counted_in, fenced_seq = 0, false, false",
+        "local outcome, counted_in = 0, n\n",
+        "local outcome, counted_in = 0, false\n",
     ),
     m(
         "a family's reply built as a counter's",
@@ -868,24 +868,24 @@ const MUTANTS: &[Mutant] = &[
         "if true then\n  return {",
     ),
     m(
-        "a counter's reply without the fence's SEQ",
-        "counted_in, fenced_seq, before, landed}",
+        "a counter's reply without the fence",
+        "counted_in, fence or 0, before, landed}",
         "counted_in, false, before, landed}",
     ),
     m(
-        "a counter's reply tells the fence's SEQ as its own write left it",
-        "counted_in, fenced_seq, before, landed}",
-        "counted_in, outcome == 0 and seq or fenced_seq, before, landed}",
+        "a counter's reply tells an empty fence as none",
+        "counted_in, fence or 0, before, landed}",
+        "counted_in, fence, before, landed}",
     ),
     m(
-        "a family's reply without the fence's SEQ",
-        "local reply = {outcome, n, phase, counted_in, fenced_seq}",
+        "a family's reply without the fence",
+        "local reply = {outcome, n, phase, counted_in, fence or 0}",
         "local reply = {outcome, n, phase, counted_in, false}",
     ),
     m(
-        "a family's reply tells the fence's SEQ as its own write left it",
-        "local reply = {outcome, n, phase, counted_in, fenced_seq}",
-        "local reply = {outcome, n, phase, counted_in, outcome == 0 and seq or fenced_seq}",
+        "a family's reply tells an empty fence as none",
+        "local reply = {outcome, n, phase, counted_in, fence or 0}",
+        "local reply = {outcome, n, phase, counted_in, fence}",
     ),
     m(
         "a family's totals shifted onto the fence's SEQ",

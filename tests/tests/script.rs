@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use comcount_core::diagnostics::{Recorder, Reporter};
 use comcount_core::script::{self, Field};
 use comcount_core::{
-    FlushReply, FlushRequest, KeySpace, Outcome, ParticipantId, Store, StoreError, StoreErrorKind,
+    Fence, FlushReply, FlushRequest, KeySpace, Outcome, ParticipantId, Store, StoreError,
+    StoreErrorKind,
 };
 use comcount_fred::FredStore;
 use comcount_redis_rs::RedisStore;
@@ -797,19 +798,23 @@ async fn duplicate_stale_and_fenced_on_a_partition_fence() {
         let batch = family.flush(0, one, 1, &[("a", 2), ("b", 3)], n);
         let reply = flush(store, &batch).await;
         expect(&reply, Outcome::Applied, n)?;
-        assert_eq!(reply.fence_seq, None);
+        assert_eq!(reply.fence, Fence::Empty);
+        let first = Fence::Held {
+            seq: 1,
+            interval: n,
+        };
         let before = inspector.snapshot(&base).await;
         let dumped = dump(inspector, &base).await;
         let reply = flush(store, &batch).await;
         expect(&reply, Outcome::Duplicate, n)?;
         assert_eq!(reply.counted_in, Some(n));
-        assert_eq!(reply.fence_seq, Some(1));
+        assert_eq!(reply.fence, first);
         assert_eq!(reply.previous_totals, [None, None]);
         let fenced = family.flush(0, one, 2, &[("a", 1)], n);
         let reply = flush(store, &fenced).await;
         expect(&reply, Outcome::Fenced, n)?;
         assert_eq!(reply.counted_in, None);
-        assert_eq!(reply.fence_seq, Some(1));
+        assert_eq!(reply.fence, first);
         assert_eq!(reply.previous_totals, [None]);
         assert_untouched(inspector, &base, &before, &dumped, "a refused batch").await;
 
@@ -819,18 +824,22 @@ async fn duplicate_stale_and_fenced_on_a_partition_fence() {
         let later = family.flush(0, one, 3, &[("b", 1), ("c", 1)], m);
         let reply = flush(store, &later).await;
         expect(&reply, Outcome::Applied, m)?;
-        assert_eq!(reply.fence_seq, Some(1));
+        assert_eq!(reply.fence, first);
+        let later_held = Fence::Held {
+            seq: 3,
+            interval: m,
+        };
         let before = inspector.snapshot(&base).await;
         let dumped = dump(inspector, &base).await;
         let reply = flush(store, &batch).await;
         expect(&reply, Outcome::Stale, m)?;
         assert_eq!(reply.counted_in, None);
-        assert_eq!(reply.fence_seq, Some(3));
+        assert_eq!(reply.fence, later_held);
         assert_eq!(reply.previous_totals, [Some(2), Some(3)]);
         let reply = flush(store, &later).await;
         expect(&reply, Outcome::Duplicate, m)?;
         assert_eq!(reply.counted_in, Some(m));
-        assert_eq!(reply.fence_seq, Some(3));
+        assert_eq!(reply.fence, later_held);
         assert_eq!(reply.previous_totals, [Some(3), None]);
         assert_untouched(inspector, &base, &before, &dumped, "a refused batch").await;
         Ok(())
@@ -1152,7 +1161,7 @@ async fn a_wrong_interval_brings_back_no_totals_and_writes_nothing() {
             assert_eq!(fields.len(), 5, "{fields:?}");
             let reply = decode(&request, &value).unwrap();
             expect(&reply, Outcome::WrongInterval, n)?;
-            assert_eq!(reply.fence_seq, None);
+            assert_eq!(reply.fence, Fence::Untold);
             assert!(inspector.snapshot(&base).await.is_empty());
         }
         Ok(())

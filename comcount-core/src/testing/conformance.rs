@@ -43,7 +43,8 @@ use super::sleep::{sleep, within};
 use crate::diagnostics::{Recorder, Reporter};
 use crate::keys::{KeySpace, partition_of};
 use crate::{
-    Entry, FlushReply, FlushRequest, Outcome, ParticipantId, Store, StoreError, StoreErrorKind,
+    Entry, Fence, FlushReply, FlushRequest, Outcome, ParticipantId, Store, StoreError,
+    StoreErrorKind,
 };
 
 /// How many times a check starts over after slipping over an interval boundary.
@@ -181,12 +182,12 @@ checks! {
     ignores_a_stale_flush =>
         "a flush older than the participant's last applied one is stale and adds nothing",
         ignores_a_stale_flush_steps, check_interval;
-    /// Every reply but a wrong interval's tells the sequence number the participant's fence
-    /// held before the flush ([`FlushReply::fence_seq`]): none for a participant's first
-    /// flush, the flush's own for a duplicate, the later one applied for a stale flush, the
+    /// Every reply but a wrong interval's tells what the participant's fence held before the
+    /// flush ([`FlushReply::fence`]): nothing for a participant's first flush, the flush's own
+    /// number and interval for a duplicate, the later flush applied for a stale one, the
     /// earlier one for a fenced flush and for the participant's next flush applied.
     tells_what_the_fence_held =>
-        "a reply tells the sequence number the participant's fence held before the flush",
+        "a reply tells what the participant's fence held before the flush",
         tells_what_the_fence_held_steps, check_interval;
     /// A flush that expects an interval two or more away from the store's is
     /// [`Outcome::WrongInterval`], carries the store's interval and writes nothing: not even
@@ -471,17 +472,23 @@ impl<'a, S: Store> Run<'a, S> {
         }
         // A store may not tell what the fence held; what it tells must fit the outcome.
         let seq = request.seq;
-        let fenced = match (reply.outcome, reply.fence_seq) {
-            (_, None) => true,
-            (Outcome::Duplicate, Some(f)) => f == seq,
-            (Outcome::Stale, Some(f)) => f > seq,
-            (Outcome::Applied | Outcome::Fenced, Some(f)) => f < seq,
-            (Outcome::WrongInterval, Some(_)) => false,
+        let fits = match (reply.outcome, reply.fence) {
+            (_, Fence::Untold) => true,
+            (Outcome::Applied, Fence::Empty) => true,
+            (_, Fence::Empty) | (Outcome::WrongInterval, _) => false,
+            (Outcome::Duplicate, Fence::Held { seq: f, interval }) => {
+                f == seq && Some(interval) == reply.counted_in
+            }
+            (Outcome::Stale, Fence::Held { seq: f, .. }) => f > seq,
+            (Outcome::Applied | Outcome::Fenced, Fence::Held { seq: f, .. }) => f < seq,
         };
-        if !fenced {
+        if !fits {
             self.fail(format_args!(
-                "a reply's fence_seq is {:?}, which a {:?} of sequence number {seq} cannot have                  (the fence holds the flush's own number for a duplicate, a later one for a                  stale flush, an earlier one for an applied or fenced one, and a wrong                  interval reads no fence): {reply:?}",
-                reply.fence_seq, reply.outcome
+                "a reply's fence is {:?}, which a {:?} of sequence number {seq} cannot have (the \
+                 fence holds the flush's own number and interval for a duplicate, a later \
+                 number for a stale flush, an earlier one for a fenced flush, an earlier one \
+                 or nothing for an applied one, and a wrong interval reads no fence): {reply:?}",
+                reply.fence, reply.outcome
             ));
         }
         if reply.outcome != Outcome::WrongInterval
@@ -497,12 +504,13 @@ impl<'a, S: Store> Run<'a, S> {
         }
     }
 
-    /// Checks the sequence number a reply says the fence held.
-    fn fence_seq(&self, reply: &FlushReply, fence_seq: Option<u64>, what: &str) {
-        if reply.fence_seq != fence_seq {
+    /// Checks what a reply says the fence held.
+    fn fence(&self, reply: &FlushReply, fence: Fence, what: &str) {
+        if reply.fence != fence {
             self.fail(format_args!(
-                "{what}: the reply must tell that the fence held {fence_seq:?}, it tells {:?}                  ({reply:?})",
-                reply.fence_seq
+                "{what}: the reply must tell that the fence held {fence:?}, it tells {:?} \
+                 ({reply:?})",
+                reply.fence
             ));
         }
     }
@@ -784,32 +792,44 @@ async fn tells_what_the_fence_held_steps<S: Store>(run: Run<'_, S>) -> Result<()
     let first = run.single(one, 5, 1, n);
     let reply = run.flush(&first).await;
     run.expect(&reply, Outcome::Applied, n, "a participant's first flush")?;
-    run.fence_seq(&reply, None, "a participant's first flush, on no fence");
+    run.fence(
+        &reply,
+        Fence::Empty,
+        "a participant's first flush, on no fence",
+    );
     let reply = run.flush(&first).await;
     run.expect(&reply, Outcome::Duplicate, n, "a replayed flush")?;
-    run.fence_seq(
+    let first_held = Fence::Held {
+        seq: 5,
+        interval: n,
+    };
+    run.fence(
         &reply,
-        Some(5),
+        first_held,
         "a duplicate, whose own number the fence holds",
     );
     let reply = run.flush(&run.single(one, 7, 1, n)).await;
     run.expect(&reply, Outcome::Fenced, n, "a second flush in one interval")?;
-    run.fence_seq(&reply, Some(5), "a fenced flush, after the first one");
+    run.fence(&reply, first_held, "a fenced flush, after the first one");
     let reply = run.flush(&run.single(one, 3, 1, n)).await;
     run.expect(&reply, Outcome::Stale, n, "an older flush")?;
-    run.fence_seq(&reply, Some(5), "a stale flush, after a later one");
+    run.fence(&reply, first_held, "a stale flush, after a later one");
     let m = run.next(n).await?;
     let next = run.single(one, 7, 1, m);
     let reply = run.flush(&next).await;
     run.expect(&reply, Outcome::Applied, m, "the participant's next flush")?;
-    run.fence_seq(
+    run.fence(
         &reply,
-        Some(5),
+        first_held,
         "the participant's next flush applied, after the first one",
     );
     let reply = run.flush(&next).await;
     run.expect(&reply, Outcome::Duplicate, m, "the next flush, replayed")?;
-    run.fence_seq(&reply, Some(7), "a duplicate of the next flush");
+    let next_held = Fence::Held {
+        seq: 7,
+        interval: m,
+    };
+    run.fence(&reply, next_held, "a duplicate of the next flush");
     let reply = run.flush(&first.clone().with_expect(m)).await;
     run.expect(
         &reply,
@@ -817,9 +837,9 @@ async fn tells_what_the_fence_held_steps<S: Store>(run: Run<'_, S>) -> Result<()
         m,
         "the first flush, after the next one was applied",
     )?;
-    run.fence_seq(
+    run.fence(
         &reply,
-        Some(7),
+        next_held,
         "the first flush, stale once the next one was applied",
     );
     let reply = run.flush(&run.single(one, 9, 1, m + 5)).await;
@@ -829,7 +849,11 @@ async fn tells_what_the_fence_held_steps<S: Store>(run: Run<'_, S>) -> Result<()
         m,
         "a flush expecting five intervals on",
     )?;
-    run.fence_seq(&reply, None, "a wrong interval, which reads no fence");
+    run.fence(
+        &reply,
+        Fence::Untold,
+        "a wrong interval, which reads no fence",
+    );
     Ok(())
 }
 
