@@ -185,7 +185,7 @@ impl Aim {
 
     /// The round trip planned with, while it is between one interval and two and steady: the
     /// last few within a quarter interval of each other. A round trip that varies more is a
-    /// queue's, where the counters' turns decide ([`Turns`](crate::turns::Turns)), and a pair
+    /// queue's ([`Steadiness`](crate::steadiness::Steadiness)), and a pair
     /// aimed by it would not land.
     fn pairing_round_trip(&self) -> Option<Duration> {
         let interval = Duration::from_millis(self.interval_ms);

@@ -21,6 +21,7 @@ use crate::settings::Settings;
 use crate::settling::{Limits, Settling, Step, Why};
 use crate::shared::Shared;
 use crate::slow_alarm::SharedAlarm;
+use crate::steadiness::Steadiness;
 use crate::store::{FlushReply, FlushRequest, Outcome, Store};
 use crate::watch::{Waited, Watch, stale_after};
 use crate::worker::Tick;
@@ -51,8 +52,8 @@ pub(crate) struct Flusher<S, T> {
     batch: Batch,
     /// The copies of the flush in the air, kept from one flush to the next.
     flight: Flight,
-    /// Whether the last reply brought a group total.
-    learnt: bool,
+    /// Tells a far store from a queue, for the lanes.
+    steadiness: Steadiness,
     /// Whether the flush's amounts were taken from the buffers and are not accounted for yet:
     /// what a drop of the loop must settle.
     unsettled: bool,
@@ -153,7 +154,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                     .with_seq(lanes.resume_seq(*first_seq))
                     .with_fence_ttl_ms(settings.fence_ttl_ms),
             ),
-            learnt: false,
+            steadiness: Steadiness::new(settings.interval),
             unsettled: false,
             partition,
             lane,
@@ -236,22 +237,14 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                     }
                 }
                 Step::Wait(until) => self.wait(until).await?,
-                Step::Counted {
-                    interval,
-                    added_before,
-                } => {
+                Step::Counted(interval) => {
                     self.report.emit(Event::FlushCompleted {
                         interval,
                         amount: self.request.amount(),
                         keys: self.request.entries.len(),
                         count: self.batch.count(),
                     });
-                    let learnt = self.learnt;
-                    return Some(Settled::Counted {
-                        interval,
-                        learnt,
-                        added_before,
-                    });
+                    return Some(Settled::Counted(interval));
                 }
                 step => {
                     self.end(step);
@@ -312,7 +305,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             interval: reply.interval,
             round_trip,
         });
-        self.pause.observe(round_trip);
+        self.steadiness.observe(round_trip);
         self.aim.observe(reply, sent, now);
         self.alarm.answered(self.partition, sent, now, &self.report);
         if reply.outcome == Outcome::WrongInterval {
@@ -327,7 +320,6 @@ impl<S: Store, T: Timer> Flusher<S, T> {
             self.watch
                 .landed(landed, reply.interval, reply.phase, round_trip);
         }
-        self.learnt = reply.previous_totals.iter().any(Option::is_some) || landed > 0;
     }
 
     /// How many lanes the partition flushes through, as the first lane decides after each of
@@ -340,7 +332,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         }
         let interval = self.settings.interval;
         let path = self.aim.steady_round_trip().filter(|_| {
-            let spread = self.pause.turns().spread();
+            let spread = self.steadiness.spread();
             spread.is_some_and(|spread| spread <= interval / 4)
         });
         let (aim, round_trip) = (&self.aim, self.settling.round_trip());

@@ -78,6 +78,7 @@ mod settling;
 mod shared;
 mod slot;
 mod slow_alarm;
+mod steadiness;
 mod store;
 mod sync;
 mod tally;
@@ -85,7 +86,6 @@ mod tally;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod timing;
-mod turns;
 mod watch;
 mod worker;
 

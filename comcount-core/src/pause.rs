@@ -2,8 +2,7 @@
 //!
 //! A participant whose round trip keeps it from adding to every interval skips one more, half
 //! the time: participants that started together would otherwise all add to the same intervals,
-//! leave the others without a key, and never learn a total. One whose flushes queue behind
-//! others' rests a few intervals after each pair ([`Turns`]). A partition's lanes take the
+//! leave the others without a key, and never learn a total. A partition's lanes take the
 //! intervals in turn ([`lanes`](crate::lanes)).
 
 use std::time::Duration;
@@ -11,20 +10,12 @@ use std::time::Duration;
 use crate::aim::Aim;
 use crate::lanes;
 use crate::timing::Timing;
-use crate::turns::Turns;
 
 /// What became of one flush.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Settled {
-    /// Counted by the store in `interval`.
-    Counted {
-        interval: u64,
-        /// Whether the reply brought a group total: the interval's before, or, for a single
-        /// counter, its own.
-        learnt: bool,
-        /// The last interval added to before this one.
-        added_before: Option<u64>,
-    },
+    /// Counted by the store in this interval.
+    Counted(u64),
     /// Not counted as far as this participant knows: back in the buffer, or reported dropped
     /// or unsettled.
     NotCounted,
@@ -34,7 +25,6 @@ pub(crate) enum Settled {
 pub(crate) struct Pause {
     timing: Timing,
     interval: Duration,
-    turns: Turns,
     /// Spreads participants that cannot add to every interval over different ones. Seeded from
     /// the participant and the partition alone, so that a run on virtual time with fixed
     /// participant ids repeats exactly.
@@ -46,18 +36,8 @@ impl Pause {
         Self {
             timing,
             interval,
-            turns: Turns::new(interval),
             spread: fastrand::Rng::with_seed(seed),
         }
-    }
-
-    /// Takes the round trip of one answered copy.
-    pub(crate) fn observe(&mut self, round_trip: Duration) {
-        self.turns.observe(round_trip);
-    }
-
-    pub(crate) fn turns(&self) -> &Turns {
-        &self.turns
     }
 
     /// How long to wait from `now` after a flush that `settled`, the participant having added
@@ -77,7 +57,7 @@ impl Pause {
         // After a flush that did not count, not again in the same interval: what failed there
         // would likely fail again.
         let floor = match settled {
-            Settled::Counted { .. } => last_added,
+            Settled::Counted(_) => last_added,
             Settled::NotCounted => last_added.max(Some(aim.expected_interval(now))),
         };
         let Some(delay) = aim.delay_to_aim(now, floor) else {
@@ -92,22 +72,11 @@ impl Pause {
             let later = u32::try_from(turn - lands).unwrap_or(0);
             return delay + interval * later;
         }
-        let Settled::Counted {
-            interval: n,
-            learnt,
-            added_before,
-        } = settled
-        else {
+        let Settled::Counted(n) = settled else {
             return delay;
         };
-        let after_pair = n.checked_sub(1).is_some_and(|n| added_before == Some(n));
-        let spread = &mut self.spread;
-        let rest = self
-            .turns
-            .after_counted(learnt, after_pair, |range| spread.u32(range));
         let skipping = aim.expected_interval(now + delay) > n + 1;
-        let delay = delay + interval * rest;
-        if skipping && rest == 0 && self.spread.bool() {
+        if skipping && self.spread.bool() {
             delay + interval
         } else {
             delay

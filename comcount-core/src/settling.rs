@@ -50,11 +50,8 @@ pub(crate) enum Step {
     Send(Why),
     /// Wait for an answer of a copy in the air, or until this time.
     Wait(Duration),
-    /// Counted by the store in `interval`; the participant had last added to `added_before`.
-    Counted {
-        interval: u64,
-        added_before: Option<u64>,
-    },
+    /// Counted by the store in this interval.
+    Counted(u64),
     /// No copy was or ever can be applied: the amounts join a later flush.
     PutBack,
     /// No more copies: the amounts are reported `dropped` (certainly not counted) or
@@ -136,10 +133,7 @@ pub(crate) struct Settling {
 
 #[derive(Debug, Clone, Copy)]
 enum Verdict {
-    Counted {
-        interval: u64,
-        added_before: Option<u64>,
-    },
+    Counted(u64),
     Expired,
 }
 
@@ -187,15 +181,7 @@ impl Settling {
     /// What to do at `now`, the aim having learnt from every reply so far.
     pub(crate) fn next(&mut self, now: Duration) -> Step {
         match self.verdict {
-            Some(Verdict::Counted {
-                interval,
-                added_before,
-            }) => {
-                return Step::Counted {
-                    interval,
-                    added_before,
-                };
-            }
+            Some(Verdict::Counted(interval)) => return Step::Counted(interval),
             Some(Verdict::Expired) => return self.conclude(),
             None => {}
         }
@@ -253,10 +239,7 @@ impl Settling {
             }
             Outcome::Applied | Outcome::Duplicate => {
                 let interval = reply.counted_in.unwrap_or(reply.interval);
-                self.verdict = Some(Verdict::Counted {
-                    interval,
-                    added_before: self.last_added,
-                });
+                self.verdict = Some(Verdict::Counted(interval));
                 self.last_added = self.last_added.max(Some(interval));
             }
             Outcome::Stale => self.refuse(StoreError::refused(StaleFlush)),
@@ -674,10 +657,7 @@ mod tests {
             Step::Send(Why::Resend(reason)) => format!("send again: {reason:?}"),
             Step::Send(Why::Retarget(reason)) => format!("retarget: {reason:?}"),
             Step::Wait(until) => format!("wait until {}", until.as_millis()),
-            Step::Counted {
-                interval,
-                added_before,
-            } => format!("counted in {interval} after {added_before:?}"),
+            Step::Counted(interval) => format!("counted in {interval}"),
             Step::PutBack => "put back".into(),
             Step::GiveUp { error, dropped } => {
                 let how = if *dropped { "dropped" } else { "unsettled" };
@@ -693,25 +673,21 @@ mod tests {
             &[
                 // Awaited for the flush timeout.
                 (0, Sent(0, true), "wait until 100"),
-                (30, Reply(0, Applied, 0, None), "counted in 0 after None"),
+                (30, Reply(0, Applied, 0, None), "counted in 0"),
             ],
         );
         run(
             "answered at once",
             &[
                 (0, Sent(0, false), "answered at once"),
-                (0, Reply(0, Applied, 1, None), "counted in 1 after None"),
+                (0, Reply(0, Applied, 1, None), "counted in 1"),
             ],
         );
         run(
             "a duplicate of a copy within reach",
             &[
                 (0, Sent(5, true), "wait until 100"),
-                (
-                    30,
-                    Reply(0, Duplicate, 6, Some(5)),
-                    "counted in 5 after None",
-                ),
+                (30, Reply(0, Duplicate, 6, Some(5)), "counted in 5"),
             ],
         );
     }
@@ -771,7 +747,7 @@ mod tests {
                 (4, Failed(3, unavailable), "wait until 8"),
                 (8, Next, "send again: Failed"),
                 (8, Sent(5, true), "wait until 108"),
-                (20, Reply(8, Applied, 5, None), "counted in 5 after None"),
+                (20, Reply(8, Applied, 5, None), "counted in 5"),
             ],
         );
         run(
@@ -818,7 +794,7 @@ mod tests {
                 (300, TimedOut, "send again: Unanswered"),
                 (300, Sent(5, true), "wait until 700"),
                 // The first copy's reply, late: it counted.
-                (350, Reply(0, Applied, 5, None), "counted in 5 after None"),
+                (350, Reply(0, Applied, 5, None), "counted in 5"),
             ],
         );
         run(
@@ -849,11 +825,7 @@ mod tests {
                 (1_100, TimedOut, "send again: Unanswered"),
                 (1_100, Sent(5, true), "stop awaiting 0, wait until 1500"),
                 // Its reply is not waited for: a later copy's settles the flush.
-                (
-                    1_200,
-                    Reply(700, Applied, 12, None),
-                    "counted in 12 after None",
-                ),
+                (1_200, Reply(700, Applied, 12, None), "counted in 12"),
             ],
         );
         run(
@@ -903,11 +875,7 @@ mod tests {
                 (20, Reply(0, Fenced, 5, None), "wait until 110"),
                 (110, Next, "retarget: Fenced"),
                 (110, Sent(6, true), "wait until 210"),
-                (
-                    130,
-                    Reply(110, Applied, 6, None),
-                    "counted in 6 after Some(5)",
-                ),
+                (130, Reply(110, Applied, 6, None), "counted in 6"),
             ],
         );
         run(
