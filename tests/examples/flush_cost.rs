@@ -37,7 +37,7 @@ use comcount_core::{Counter, FlushRequest, KeySpace, ParticipantId, Worker};
 use comcount_redis_rs::RedisStore;
 use comcount_tests::bench::info;
 use comcount_tests::connect;
-use comcount_tests::recording::{self, FlushRecords, RecordingStore};
+use comcount_tests::recording::{self, FlushRecords};
 use comcount_tests::server::RedisServer;
 use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
@@ -522,7 +522,7 @@ async fn flush_fleet(
                 .prefix("flush:")
                 .diagnostics(Tallied(Arc::clone(&tally)))
                 .build(
-                    RecordingStore::new(RedisStore::new(connection.clone()), 0, records.clone()),
+                    records.wrap(RedisStore::new(connection.clone()), 0),
                     TokioTimer::new(),
                 )
                 .expect("the settings are valid");

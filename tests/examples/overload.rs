@@ -51,6 +51,7 @@ use std::time::{Duration, Instant};
 
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::{Diagnostics, Event, Reporter};
+use comcount_core::testing::{FlushLog, Recorded};
 use comcount_core::{
     Counter, FlushReply, FlushRequest, KeySpace, Outcome, ParticipantId, Store, StoreError,
 };
@@ -402,9 +403,8 @@ impl Diagnostics for Tallied {
     }
 }
 
-/// One counter's store: the shared connection, counting copies and replies.
+/// Counts one counter's copies and replies into the run's tally.
 struct Counting {
-    inner: RedisStore<ConnectionManager>,
     tally: Arc<Tally>,
     /// The sequence number of the last flush each participant id sent (a counter's lanes have
     /// ids of their own, and numbers that overlap): a copy with the same one is a resend.
@@ -426,38 +426,25 @@ impl Counting {
     }
 }
 
-impl Store for Counting {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
+impl FlushLog for Counting {
+    type Sent = ();
 
-    fn caveat(&self) -> Option<std::borrow::Cow<'_, str>> {
-        self.inner.caveat()
-    }
-
-    fn flush(
-        &self,
-        request: &FlushRequest,
-        report: &Reporter,
-    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
+    fn sent(&self, request: &FlushRequest) {
         self.tally.copies.fetch_add(1, Ordering::Relaxed);
         if self.sent_before(request) {
             self.tally.resent.fetch_add(1, Ordering::Relaxed);
         }
-        let flush = self.inner.flush(request, report);
-        let tally = Arc::clone(&self.tally);
-        async move {
-            let result = flush.await;
-            match &result {
-                Ok(reply) if reply.outcome == Outcome::WrongInterval => {
-                    tally.wrong_interval.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(_) => {}
-                Err(_) => {
-                    tally.errors.fetch_add(1, Ordering::Relaxed);
-                }
+    }
+
+    fn answered(&self, (): (), answer: &Result<FlushReply, StoreError>) {
+        match answer {
+            Ok(reply) if reply.outcome == Outcome::WrongInterval => {
+                self.tally.wrong_interval.fetch_add(1, Ordering::Relaxed);
             }
-            result
+            Ok(_) => {}
+            Err(_) => {
+                self.tally.errors.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -490,11 +477,11 @@ async fn run(
     let prefix = format!("overload:{}:{n}:", rules.label());
     let mut counters = Vec::with_capacity(n);
     for index in 0..n {
-        let store = Counting {
-            inner: RedisStore::new(connection.clone()),
+        let counting = Counting {
             tally: Arc::clone(&tally),
             last_seq: Mutex::default(),
         };
+        let store = Recorded::new(RedisStore::new(connection.clone()), Arc::new(counting));
         let diagnostics = Tallied {
             index,
             tally: Arc::clone(&tally),

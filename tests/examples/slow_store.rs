@@ -43,8 +43,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use comcount_core::clock::TokioTimer;
-use comcount_core::diagnostics::{Diagnostics, Event, Reporter};
-use comcount_core::{Counter, FlushReply, FlushRequest, KeySpace, Store, StoreError};
+use comcount_core::diagnostics::{Diagnostics, Event};
+use comcount_core::testing::{FlushLog, Recorded};
+use comcount_core::{Counter, FlushReply, FlushRequest, KeySpace, StoreError};
 use comcount_redis_rs::RedisStore;
 use comcount_tests::bench::Rules;
 use comcount_tests::connect::manager_with;
@@ -214,46 +215,28 @@ impl Diagnostics for Tallied {
     }
 }
 
-/// The Redis store, counting every copy of a flush it is asked to send.
-struct Counting {
-    inner: RedisStore<ConnectionManager>,
-    tally: Arc<Tally>,
-}
+/// Counts every copy of a flush the fleet's stores are asked to send, and what the counted
+/// replies carried.
+impl FlushLog for Tally {
+    type Sent = ();
 
-impl Store for Counting {
-    fn name(&self) -> &str {
-        self.inner.name()
+    fn sent(&self, _: &FlushRequest) {
+        self.copies.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn caveat(&self) -> Option<std::borrow::Cow<'_, str>> {
-        self.inner.caveat()
-    }
-
-    fn flush(
-        &self,
-        request: &FlushRequest,
-        report: &Reporter,
-    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
-        self.tally.copies.fetch_add(1, Ordering::Relaxed);
-        let flush = self.inner.flush(request, report);
-        let tally = Arc::clone(&self.tally);
-        async move {
-            let result = flush.await;
-            if let Ok(reply) = &result
-                && reply.outcome.is_counted()
-            {
-                tally.counted_replies.fetch_add(1, Ordering::Relaxed);
-                if reply.previous_total().is_none() {
-                    tally.counted_without_total.fetch_add(1, Ordering::Relaxed);
-                }
-                let interval = reply.counted_in.unwrap_or(reply.interval);
-                tally
-                    .intervals_reached
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(interval);
+    fn answered(&self, (): (), answer: &Result<FlushReply, StoreError>) {
+        if let Ok(reply) = answer
+            && reply.outcome.is_counted()
+        {
+            self.counted_replies.fetch_add(1, Ordering::Relaxed);
+            if reply.previous_total().is_none() {
+                self.counted_without_total.fetch_add(1, Ordering::Relaxed);
             }
-            result
+            let interval = reply.counted_in.unwrap_or(reply.interval);
+            self.intervals_reached
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(interval);
         }
     }
 }
@@ -280,10 +263,10 @@ async fn start_fleet(rules: Rules, settings: &Settings, proxy_url: &str, tag: &s
     let tally = Arc::new(Tally::new());
     let mut counters = Vec::new();
     for _ in 0..settings.participants {
-        let store = Counting {
-            inner: RedisStore::new(connect(proxy_url).await),
-            tally: Arc::clone(&tally),
-        };
+        let store = Recorded::new(
+            RedisStore::new(connect(proxy_url).await),
+            Arc::clone(&tally),
+        );
         let builder = Counter::builder(name, settings.interval)
             .prefix(prefix.as_str())
             .diagnostics(Tallied(Arc::clone(&tally)));
