@@ -35,7 +35,7 @@ use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::{Diagnostics, Event};
 use comcount_core::{Counter, FlushRequest, KeySpace, ParticipantId, Worker};
 use comcount_redis_rs::RedisStore;
-use comcount_tests::bench::info;
+use comcount_tests::bench::{info, load_average};
 use comcount_tests::connect;
 use comcount_tests::recording::{self, FlushRecords};
 use comcount_tests::server::RedisServer;
@@ -202,12 +202,6 @@ fn clock_ticks_per_s() -> f64 {
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(100.0)
     })
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// What the run ran on.

@@ -57,7 +57,8 @@ use comcount_core::{
 };
 use comcount_redis_rs::RedisStore;
 use comcount_tests::bench::{
-    Quiet, Rules, cores_apart, evalsha_calls, process_cpu, redis_cpu, take_flag, until_idle,
+    Quiet, Rules, cores_apart, evalsha_calls, load_average, process_cpu, redis_cpu, take_flag,
+    until_idle,
 };
 use comcount_tests::connect::manager_with;
 use comcount_tests::server::RedisServer;
@@ -145,14 +146,6 @@ async fn connect(
         config = config.set_pipeline_buffer_size(size);
     }
     manager_with(url, config).await
-}
-
-// Redis's own figures.
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 // 1. Capacity: a closed loop at saturation.

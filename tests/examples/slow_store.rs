@@ -40,14 +40,14 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::{Diagnostics, Event};
 use comcount_core::testing::{FlushLog, Recorded};
 use comcount_core::{Counter, FlushReply, FlushRequest, KeySpace, StoreError};
 use comcount_redis_rs::RedisStore;
-use comcount_tests::bench::Rules;
+use comcount_tests::bench::{Rules, load_average, wall_interval};
 use comcount_tests::connect::manager_with;
 use comcount_tests::proxy::Proxy;
 use comcount_tests::server::RedisServer;
@@ -323,13 +323,6 @@ async fn drive(
     }
 }
 
-fn wall_interval(interval: Duration) -> u64 {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    (now.as_millis() / interval.as_millis()) as u64
-}
-
 /// Reads every interval key of the fleets once it has closed, before it expires, and adds up
 /// what landed; runs until `done`.
 async fn read_totals(
@@ -563,12 +556,6 @@ fn print_row(ratio: f64, interval: Duration, row: &Row, participants: usize) {
         100.0 * row.reached,
         100.0 * row.without_total,
     );
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
