@@ -1,16 +1,17 @@
 //! The `testing` feature: the conformance checks pass on the memory store and fail, naming the
-//! rule, on a store that breaks one; the scripted store takes each step as told.
+//! rule, on a store that breaks one; the scripted store takes each step as told; a recorded
+//! store tells its log of every copy and answer and passes the answer on unchanged.
 #![allow(clippy::unwrap_used)] // a panic is how a test fails
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use comcount_core::clock::{Clock, VirtualClock};
 use comcount_core::diagnostics::{Recorder, Reporter};
 use comcount_core::testing::conformance::Conformance;
-use comcount_core::testing::{ScriptedStore, Step};
+use comcount_core::testing::{FlushLog, Recorded, ScriptedStore, Step};
 use comcount_core::{
     Fence, FlushReply, FlushRequest, MemoryStore, Outcome, ParticipantId, Store, StoreError,
     StoreErrorKind,
@@ -249,4 +250,96 @@ fn a_held_flush_runs_when_released_in_the_interval_of_that_time() {
     let reply = block_on(&mut second).unwrap();
     assert_eq!(reply.outcome, Outcome::Fenced);
     assert_eq!(store.memory().total("{c}:11"), Some(5));
+}
+
+/// Every call a recorded store made to it, in order: `sent` with the sequence number, then
+/// `answered` with the outcome or error kind, or `cut` when the copy's future was dropped.
+#[derive(Default)]
+struct Calls(Arc<Mutex<Vec<String>>>);
+
+/// What a copy keeps until its answer: says `cut` when dropped unanswered.
+struct Open {
+    seq: u64,
+    calls: Arc<Mutex<Vec<String>>>,
+    answered: bool,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.calls.lock().unwrap().push(format!("cut {}", self.seq));
+        }
+    }
+}
+
+impl FlushLog for Calls {
+    type Sent = Open;
+
+    fn sent(&self, request: &FlushRequest) -> Open {
+        self.0.lock().unwrap().push(format!("sent {}", request.seq));
+        Open {
+            seq: request.seq,
+            calls: Arc::clone(&self.0),
+            answered: false,
+        }
+    }
+
+    fn answered(&self, mut sent: Open, answer: &Result<FlushReply, StoreError>) {
+        sent.answered = true;
+        let what = match answer {
+            Ok(reply) => format!("{:?}", reply.outcome),
+            Err(error) => format!("{:?}", error.kind()),
+        };
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("answered {} {what}", sent.seq));
+    }
+}
+
+#[test]
+fn a_recorded_store_passes_each_answer_on_and_tells_its_log_of_both_ends() {
+    let clock = VirtualClock::starting_at(Duration::from_millis(10_500));
+    let scripted = ScriptedStore::with_clock(clock);
+    let made_up = FlushReply::new(Outcome::Fenced, 7, Duration::ZERO, None).with_totals(vec![None]);
+    scripted
+        .then(Step::Reply(made_up.clone()))
+        .then(Step::Pass)
+        .then(Step::Fail(StoreErrorKind::Unavailable))
+        .then(Step::Hang);
+    let store = Recorded::new(scripted.clone(), Arc::new(Calls::default()));
+    assert_eq!(store.name(), scripted.name());
+    assert_eq!(store.caveat(), None);
+    let report = report();
+    let flush = |seq: u64| {
+        store
+            .flush(&request(10).with_seq(seq), &report)
+            .now_or_never()
+            .unwrap()
+    };
+
+    assert_eq!(flush(1).unwrap(), made_up);
+    assert_eq!(flush(2).unwrap().outcome, Outcome::Applied);
+    assert_eq!(store.inner().memory().total("{c}:10"), Some(5));
+    assert_eq!(flush(3).unwrap_err().kind(), StoreErrorKind::Unavailable);
+    // Told of at the call, before any poll; dropped unanswered, it never reaches `answered`.
+    let fourth = request(10).with_seq(4);
+    let hung = store.flush(&fourth, &report);
+    assert_eq!(store.log().0.lock().unwrap().last().unwrap(), "sent 4");
+    drop(hung);
+
+    assert_eq!(
+        *store.log().0.lock().unwrap(),
+        [
+            "sent 1",
+            "answered 1 Fenced",
+            "sent 2",
+            "answered 2 Applied",
+            "sent 3",
+            "answered 3 Unavailable",
+            "sent 4",
+            "cut 4",
+        ]
+    );
+    assert_eq!(scripted.calls(), 4);
 }

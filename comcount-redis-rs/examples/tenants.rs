@@ -13,14 +13,13 @@
 
 use std::collections::HashMap;
 use std::error::Error;
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use comcount_redis_rs::clock::TokioTimer;
-use comcount_redis_rs::diagnostics::Reporter;
 use comcount_redis_rs::keys::partition_of;
+use comcount_redis_rs::testing::{FlushLog, Recorded};
 use comcount_redis_rs::{
     Family, FlushReply, FlushRequest, MemoryStore, RedisStore, Store, StoreError, redis,
 };
@@ -120,7 +119,7 @@ async fn connect(url: &str) -> Result<RedisStore<redis::aio::ConnectionManager>,
 async fn run<S: Store + Clone>(options: &Options, store: S) -> Result<(), Box<dyn Error>> {
     // A name of its own per run, so that runs never mix.
     let name = format!("tenants-{:x}", wall_ms());
-    let store = Flushes::new(store);
+    let store = Recorded::new(store, Arc::new(Flushes::default()));
     let tenants: Arc<[String]> = (0..options.tenants)
         .map(|rank| format!("tenant-{rank}"))
         .collect();
@@ -177,12 +176,12 @@ async fn run<S: Store + Clone>(options: &Options, store: S) -> Result<(), Box<dy
             // The first intervals hold what was counted before the first aimed flush too.
             continue;
         }
-        flushes_at_start.get_or_insert((store.count(), tokio::time::Instant::now()));
+        flushes_at_start.get_or_insert((store.log().count(), tokio::time::Instant::now()));
         // Interval `now - 1` brought every key the total of `now - 2`.
         seen.sample(&families, &tenants, &truth, now - 2);
     }
     let (flushes, since) = flushes_at_start.unwrap_or((0, started));
-    let flushes_per_s = (store.count() - flushes) as f64 / since.elapsed().as_secs_f64();
+    let flushes_per_s = (store.log().count() - flushes) as f64 / since.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         task.await?;
@@ -347,43 +346,24 @@ impl Truth {
     }
 }
 
-/// A store that counts the flushes it passes on.
-#[derive(Clone)]
-struct Flushes<S> {
-    inner: S,
-    count: Arc<AtomicU64>,
-}
+/// Counts the flushes a store passes on.
+#[derive(Default)]
+struct Flushes(AtomicU64);
 
-impl<S: Store> Flushes<S> {
-    fn new(inner: S) -> Self {
-        Self {
-            inner,
-            count: Arc::default(),
-        }
-    }
-
+impl Flushes {
     fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
+        self.0.load(Ordering::Relaxed)
     }
 }
 
-impl<S: Store> Store for Flushes<S> {
-    fn name(&self) -> &str {
-        self.inner.name()
+impl FlushLog for Flushes {
+    type Sent = ();
+
+    fn sent(&self, _: &FlushRequest) {
+        self.0.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn caveat(&self) -> Option<std::borrow::Cow<'_, str>> {
-        self.inner.caveat()
-    }
-
-    fn flush(
-        &self,
-        request: &FlushRequest,
-        report: &Reporter,
-    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.inner.flush(request, report)
-    }
+    fn answered(&self, (): (), _: &Result<FlushReply, StoreError>) {}
 }
 
 /// The wall clock's interval number, which matches the store's when the store runs on this

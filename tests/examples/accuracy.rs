@@ -19,13 +19,14 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use comcount_core::builder::Builder;
 use comcount_core::clock::TokioTimer;
 use comcount_core::diagnostics::{Diagnostics, Event};
 use comcount_core::{Counter, KeySpace};
 use comcount_redis_rs::RedisStore;
+use comcount_tests::bench::wall_interval;
 use comcount_tests::proxy::Proxy;
 use comcount_tests::server::RedisServer;
 use redis::AsyncCommands;
@@ -94,13 +95,6 @@ impl Truth {
             .copied()
             .unwrap_or(0)
     }
-}
-
-fn wall_interval(interval: Duration) -> u64 {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    (now.as_millis() / interval.as_millis()) as u64
 }
 
 struct Fleet {

@@ -1,7 +1,8 @@
-//! What the benchmark examples share: the two rule sets they compare, and Redis's own figures.
+//! What the benchmark examples share: the two rule sets they compare, Redis's own figures, and
+//! the machine's load and clock.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use comcount_core::builder::Builder;
 use comcount_core::diagnostics::{Diagnostics, Event};
@@ -163,6 +164,23 @@ pub fn process_cpu() -> f64 {
         .filter_map(|ticks| ticks.parse::<u64>().ok())
         .sum::<u64>() as f64
         / 100.0
+}
+
+/// The load average over the last 1, 5 and 15 minutes, from `/proc/loadavg` ("unknown" where
+/// there is none).
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The number of the interval of length `interval` that the wall clock is in: the store's,
+/// when the store runs on this machine.
+pub fn wall_interval(interval: Duration) -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    (now.as_millis() / interval.as_millis()) as u64
 }
 
 /// A connection that reconnects, with the store's settings but no response timeout: a

@@ -1,9 +1,10 @@
 //! A fleet of counters, or of counter families, that keeps counting while a test breaks the
 //! way to Redis.
 //!
-//! Each participant's store is wrapped in a [`RecordingStore`], which records every flush the
-//! moment it is sent and how it ended: its reply or error, or cut off when the counter gave up
-//! on it at its flush timeout (a cut flush may well have run on the server). A reader task
+//! Each participant's store is wrapped in a
+//! [`RecordingStore`](crate::recording::RecordingStore), which records every flush the moment
+//! it is sent and how it ended: its reply or error, or cut off when the counter gave up on it
+//! at its flush timeout (a cut flush may well have run on the server). A reader task
 //! meanwhile reads the interval keys straight from the servers as the intervals close, before
 //! they expire: a counter's totals, or each partition's hash of a family.
 //!
@@ -32,7 +33,7 @@ use crate::connect;
 use crate::invariants::{Mark, Participant, PerKey, Report, Writes};
 use crate::proxy::Proxy;
 use crate::reader::{self, ReadFrom, Reads};
-use crate::recording::{FlushRecords, RecordingStore};
+use crate::recording::FlushRecords;
 use crate::server::RedisServer;
 use crate::settings;
 use crate::zipf::Zipf;
@@ -281,7 +282,7 @@ impl FaultyFleet {
         let recorder = Recorder::new();
         let id = ParticipantId::random();
         let name = store.name().to_owned();
-        let store = RecordingStore::new(store, member, self.records.clone());
+        let store = self.records.wrap(store, member);
         let (handle, worker) = match self.counting {
             Counting::Counter => {
                 let builder = self.configure(Counter::builder(NAME, self.interval), id, &recorder);

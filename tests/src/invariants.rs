@@ -911,7 +911,7 @@ mod tests {
     use super::*;
     use crate::conformance::Requests;
     use crate::conformance::family::FamilyRequests;
-    use crate::recording::{FlushRecords, RecordingStore};
+    use crate::recording::FlushRecords;
 
     const INTERVAL: Duration = Duration::from_secs(60);
 
@@ -1005,13 +1005,12 @@ mod tests {
     fn report(breakage: Breakage, flushes: Vec<FlushRequest>, counted: PerKey) -> Report {
         let memory = MemoryStore::with_clock(VirtualClock::new());
         let records = FlushRecords::new();
-        let store = RecordingStore::new(
+        let store = records.wrap(
             Broken {
                 inner: memory.clone(),
                 breakage,
             },
             0,
-            records.clone(),
         );
         let recorder = Recorder::new();
         let report = Reporter::new("invariants", Arc::new(recorder.clone()));

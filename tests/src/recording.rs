@@ -2,18 +2,17 @@
 //! and how it ended: a reply, an error, or cut off (its future dropped before it completed, by
 //! the counter's flush timeout or by `close()`).
 //!
-//! The record is made when [`Store::flush`] is called, and a drop guard inside the returned
-//! future writes its end. A flush whose future is dropped unfinished (even before its first
+//! The wrapper is the core's [`Recorded`], with a [`Member`] as its log: the record is made
+//! when [`Store::flush`] is called, and a drop guard inside the returned future writes its end. A flush whose future is dropped unfinished (even before its first
 //! poll) is therefore recorded as [`FlushEnd::Cut`], and one still running when the records are
 //! read as [`FlushEnd::InFlight`]. A cut flush may well have run on the server.
 
-use std::future::Future;
 use std::ops::Sub;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use comcount_core::diagnostics::Reporter;
+use comcount_core::testing::{FlushLog, Recorded};
 use comcount_core::{FlushReply, FlushRequest, Outcome, Store, StoreError, StoreErrorKind};
 
 /// How a recorded flush ended, so far.
@@ -309,6 +308,17 @@ impl FlushRecords {
             .collect()
     }
 
+    /// Wraps `inner` for participant `member` (any number where there is one participant),
+    /// recording to these records.
+    pub fn wrap<S: Store>(&self, inner: S, member: usize) -> RecordingStore<S> {
+        let log = Member {
+            member,
+            store: inner.name().to_owned(),
+            records: self.clone(),
+        };
+        Recorded::new(inner, Arc::new(log))
+    }
+
     /// How many flushes ended which way so far.
     pub fn tally(&self) -> Tally {
         self.0.counts.tally()
@@ -349,7 +359,7 @@ impl FlushRecords {
 
 /// Lives inside a flush's future: writes the flush's end when it completes, or `Cut` when the
 /// future is dropped first.
-struct EndGuard {
+pub struct EndGuard {
     records: FlushRecords,
     index: Option<usize>,
     ended: bool,
@@ -385,47 +395,28 @@ impl Drop for EndGuard {
     }
 }
 
-/// Passes every flush to the store it wraps, and records it in a [`FlushRecords`].
-pub struct RecordingStore<S> {
-    inner: S,
+/// Passes every flush to the store it wraps, and records it in a [`FlushRecords`]: made by
+/// [`FlushRecords::wrap`].
+pub type RecordingStore<S> = Recorded<S, Member>;
+
+/// What a [`RecordingStore`] records its flushes as: the participant's place in its fleet and
+/// the wrapped store's name, into the [`FlushRecords`] it was made for.
+pub struct Member {
     member: usize,
+    store: String,
     records: FlushRecords,
 }
 
-impl<S> RecordingStore<S> {
-    /// Wraps `inner` for participant `member` (any number where there is one participant),
-    /// recording to `records`.
-    pub fn new(inner: S, member: usize, records: FlushRecords) -> Self {
-        Self {
-            inner,
-            member,
-            records,
-        }
-    }
-}
+impl FlushLog for Member {
+    /// Dropped with the flush's future: `Cut` unless the answer came first.
+    type Sent = EndGuard;
 
-impl<S: Store> Store for RecordingStore<S> {
-    fn name(&self) -> &str {
-        self.inner.name()
+    fn sent(&self, request: &FlushRequest) -> EndGuard {
+        self.records.open(self.member, &self.store, request)
     }
 
-    fn caveat(&self) -> Option<std::borrow::Cow<'_, str>> {
-        self.inner.caveat()
-    }
-
-    fn flush(
-        &self,
-        request: &FlushRequest,
-        report: &Reporter,
-    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
-        let mut guard = self.records.open(self.member, self.inner.name(), request);
-        let flush = self.inner.flush(request, report);
-        // The guard moves into the future: dropped with it, even if it is never polled.
-        async move {
-            let result = flush.await;
-            guard.complete(&result);
-            result
-        }
+    fn answered(&self, mut guard: EndGuard, answer: &Result<FlushReply, StoreError>) {
+        guard.complete(answer);
     }
 }
 
@@ -433,7 +424,7 @@ impl<S: Store> Store for RecordingStore<S> {
 mod tests {
     use std::time::Duration;
 
-    use comcount_core::diagnostics::Recorder;
+    use comcount_core::diagnostics::{Recorder, Reporter};
     use comcount_core::{MemoryStore, ParticipantId};
     use futures::FutureExt;
 
@@ -443,7 +434,7 @@ mod tests {
     #[test]
     fn a_completed_flush_is_recorded_with_its_end_and_a_dropped_one_as_cut() {
         let records = FlushRecords::new();
-        let store = RecordingStore::new(MemoryStore::new(), 3, records.clone());
+        let store = records.wrap(MemoryStore::new(), 3);
         let report = Reporter::new("recording", Arc::new(Recorder::new()));
         let requests = Requests::fresh(Duration::from_secs(60));
         let participant = ParticipantId::random();
@@ -477,7 +468,7 @@ mod tests {
     #[test]
     fn tally_only_keeps_no_records() {
         let records = FlushRecords::tally_only();
-        let store = RecordingStore::new(MemoryStore::new(), 0, records.clone());
+        let store = records.wrap(MemoryStore::new(), 0);
         let report = Reporter::new("recording", Arc::new(Recorder::new()));
         let requests = Requests::fresh(Duration::from_secs(60));
         let request = requests.flush(ParticipantId::random(), 1, 1, 0);

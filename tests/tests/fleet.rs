@@ -19,7 +19,7 @@ use comcount_redis_rs::RedisStore;
 use comcount_tests::inspect::{Inspector, RedisInspector};
 use comcount_tests::invariants::{self, PerKey, Report, Writes};
 use comcount_tests::reader::{Read, Reads, now_ms};
-use comcount_tests::recording::{FlushRecords, RecordingStore};
+use comcount_tests::recording::FlushRecords;
 use comcount_tests::settings::{self, sleep};
 use comcount_tests::{connect, shared};
 use tokio::task::JoinHandle;
@@ -63,10 +63,7 @@ impl Fleet {
             .prefix(&self.prefix)
             .participant(id)
             .diagnostics(recorder.clone())
-            .build(
-                RecordingStore::new(store, member, self.records.clone()),
-                TokioTimer::new(),
-            )
+            .build(self.records.wrap(store, member), TokioTimer::new())
             .unwrap();
         self.participants.push(Participant {
             id,

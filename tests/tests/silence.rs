@@ -11,7 +11,7 @@ use comcount_fred::fred::interfaces::ClientLike;
 use comcount_fred::fred::types::{ClusterHash, CustomCommand};
 use comcount_redis_rs::RedisStore;
 use comcount_tests::connect;
-use comcount_tests::recording::{FlushRecords, RecordingStore};
+use comcount_tests::recording::FlushRecords;
 use comcount_tests::server::{RedisServer, command_calls};
 use comcount_tests::settings::{self, sleep};
 use tokio::task::JoinHandle;
@@ -35,10 +35,7 @@ fn start<S: Store>(store: S) -> Running {
     let (counter, worker) = Counter::builder("silence", settings::interval())
         .prefix(settings::unique_prefix("silence"))
         .diagnostics(recorder.clone())
-        .build(
-            RecordingStore::new(store, 0, records.clone()),
-            TokioTimer::new(),
-        )
+        .build(records.wrap(store, 0), TokioTimer::new())
         .unwrap();
     Running {
         counter,

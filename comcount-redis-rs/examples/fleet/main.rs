@@ -31,13 +31,14 @@ use std::time::Duration;
 
 use comcount_redis_rs::clock::TokioTimer;
 use comcount_redis_rs::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use comcount_redis_rs::testing::Recorded;
 use comcount_redis_rs::{Counter, KeySpace, MemoryStore, RedisStore, Store, redis};
 use tokio::time::Instant;
 
 use chart::chart;
 use options::{Fault, Options};
 use own_redis::{FaultWindow, Faults, OwnRedis, inject};
-use record::{Held, Ledger, Reader, Recorded, Report, Row, wall_ms};
+use record::{Clerk, Held, Ledger, Reader, Report, Row, wall_ms};
 
 /// Put before every key the demo writes.
 const PREFIX: &str = "comcount-example:";
@@ -123,15 +124,15 @@ async fn run<S: Store + Clone>(
     let stop = Arc::new(AtomicBool::new(false));
     let events = Arc::new(AtomicU64::new(0));
     let ledger = Arc::new(Ledger::default());
+    let clerk = Arc::new(Clerk {
+        ledger: Arc::clone(&ledger),
+        clock,
+        interval_ms,
+    });
     let mut counters = Vec::new();
     let mut tasks = Vec::new();
     for (participant, store) in stores.into_iter().enumerate() {
-        let store = Recorded {
-            inner: store,
-            ledger: Arc::clone(&ledger),
-            clock,
-            interval_ms,
-        };
+        let store = Recorded::new(store, Arc::clone(&clerk));
         let (counter, worker) = Counter::builder(name.as_str(), options.interval)
             .prefix(PREFIX)
             .build(store, TokioTimer::new())?;

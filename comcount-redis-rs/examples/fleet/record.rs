@@ -4,10 +4,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use comcount_redis_rs::diagnostics::Reporter;
 use comcount_redis_rs::redis::aio::ConnectionManager;
+use comcount_redis_rs::testing::FlushLog;
 use comcount_redis_rs::{
-    FlushReply, FlushRequest, KeySpace, MemoryStore, Outcome, Store, StoreError, redis,
+    FlushReply, FlushRequest, KeySpace, MemoryStore, Outcome, StoreError, redis,
 };
 
 use crate::options::Fault;
@@ -157,40 +157,26 @@ impl Ledger {
     }
 }
 
-/// A store that keeps the ledger of every reply it passes on to its counter.
-#[derive(Clone)]
-pub(crate) struct Recorded<S> {
-    pub(crate) inner: S,
+/// Writes every reply a participant's store passes on into the ledger, and every error into
+/// the interval of the store's clock it came back in.
+pub(crate) struct Clerk {
     pub(crate) ledger: Arc<Ledger>,
     pub(crate) clock: StoreClock,
     pub(crate) interval_ms: u64,
 }
 
-impl<S: Store> Store for Recorded<S> {
-    fn name(&self) -> &str {
-        self.inner.name()
+impl FlushLog for Clerk {
+    /// The participant, sequence number and amount of the copy.
+    type Sent = (u64, u64, u64);
+
+    fn sent(&self, request: &FlushRequest) -> Self::Sent {
+        (request.participant.as_u64(), request.seq, request.amount())
     }
 
-    fn caveat(&self) -> Option<std::borrow::Cow<'_, str>> {
-        self.inner.caveat()
-    }
-
-    fn flush(
-        &self,
-        request: &FlushRequest,
-        report: &Reporter,
-    ) -> impl Future<Output = Result<FlushReply, StoreError>> + Send {
-        let ledger = Arc::clone(&self.ledger);
-        let (clock, interval_ms) = (self.clock, self.interval_ms);
-        let which = (request.participant.as_u64(), request.seq, request.amount());
-        let flushing = self.inner.flush(request, report);
-        async move {
-            let answer = flushing.await;
-            match &answer {
-                Ok(reply) => ledger.record(which, reply),
-                Err(_) => ledger.failed(clock.now_ms() / interval_ms),
-            }
-            answer
+    fn answered(&self, which: Self::Sent, answer: &Result<FlushReply, StoreError>) {
+        match answer {
+            Ok(reply) => self.ledger.record(which, reply),
+            Err(_) => self.ledger.failed(self.clock.now_ms() / self.interval_ms),
         }
     }
 }
