@@ -153,55 +153,62 @@ impl Batch {
         self.slots.iter().map(|s| s.count()).max().unwrap_or(0)
     }
 
-    /// Returns the entries' amounts, certainly not counted, to their buffers; reports what
-    /// does not fit as dropped.
+    /// Returns the entries' amounts, certainly not counted, to their buffers.
     pub(crate) fn put_back(&self, request: &FlushRequest, report: &Reporter) {
-        for (slot, entry) in self.slots.iter().zip(&request.entries) {
-            let overflow = slot.buffer.put_back(entry.amount);
-            if overflow > 0 {
-                let error = StoreError::refused(AmountError::BufferFull {
-                    amount: entry.amount,
-                });
-                report.emit(Event::FlushFailed {
-                    error: &error,
-                    key: self.key(&slot.key),
-                    dropped: overflow,
-                    unsettled: 0,
-                });
-            }
-        }
+        put_back(&self.slots, request, report);
     }
 
-    /// Reports the entries' amounts as given up: `dropped` when certainly not counted,
-    /// unsettled otherwise. One event per key with an amount; one without a key when none
-    /// has.
-    pub(crate) fn give_up(
-        &self,
-        request: &FlushRequest,
-        error: &StoreError,
-        dropped: bool,
-        report: &Reporter,
-    ) {
-        let emit = |key, amount| {
-            let (dropped, unsettled) = if dropped { (amount, 0) } else { (0, amount) };
-            report.emit(Event::FlushFailed {
-                error,
-                key,
-                dropped,
-                unsettled,
+    /// Hands the flush's slots over to a flush kept in doubt, which holds them (a slot held
+    /// is never evicted) until it knows where its amounts go.
+    pub(crate) fn hand_over(&mut self) -> Vec<Arc<Slot>> {
+        std::mem::take(&mut self.slots)
+    }
+}
+
+/// Returns the entries' amounts, certainly not counted, to the buffers of `slots` (one per
+/// entry, in order); reports what does not fit as dropped.
+pub(crate) fn put_back(slots: &[Arc<Slot>], request: &FlushRequest, report: &Reporter) {
+    for (slot, entry) in slots.iter().zip(&request.entries) {
+        let overflow = slot.buffer.put_back(entry.amount);
+        if overflow > 0 {
+            let error = StoreError::refused(AmountError::BufferFull {
+                amount: entry.amount,
             });
-        };
-        let with_amounts = request.entries.iter().filter(|e| e.amount > 0);
-        if request.space.layout() == Layout::Counter || with_amounts.clone().count() == 0 {
-            emit(None, request.amount());
-            return;
-        }
-        for entry in with_amounts {
-            emit(Some(&entry.key), entry.amount);
+            report.emit(Event::FlushFailed {
+                error: &error,
+                seq: request.seq,
+                key: (!slot.key.is_empty()).then_some(&*slot.key),
+                dropped: overflow,
+                unsettled: 0,
+            });
         }
     }
+}
 
-    fn key<'k>(&self, key: &'k str) -> Option<&'k str> {
-        (!key.is_empty()).then_some(key)
+/// Reports the entries' amounts as given up: `dropped` when certainly not counted, unsettled
+/// otherwise. One event per key with an amount; one without a key when none has.
+pub(crate) fn give_up(
+    request: &FlushRequest,
+    error: &StoreError,
+    dropped: bool,
+    report: &Reporter,
+) {
+    let emit = |key, amount| {
+        let (dropped, unsettled) = if dropped { (amount, 0) } else { (0, amount) };
+        report.emit(Event::FlushFailed {
+            error,
+            seq: request.seq,
+            key,
+            dropped,
+            unsettled,
+        });
+    };
+    let with_amounts = request.entries.iter().filter(|e| e.amount > 0);
+    if request.space.layout() == Layout::Counter || with_amounts.clone().count() == 0 {
+        emit(None, request.amount());
+        return;
+    }
+    for entry in with_amounts {
+        emit(Some(&entry.key), entry.amount);
     }
 }

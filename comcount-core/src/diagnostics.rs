@@ -3,7 +3,7 @@
 //!
 //! | level | message | attributes |
 //! | --- | --- | --- |
-//! | error | `flush failed` | `counter`, `error`, `key` (families only), `dropped`, `unsettled` |
+//! | error | `flush failed` | `counter`, `error`, `seq`, `key` (families only), `dropped`, `unsettled` |
 //! | warn | `total went stale` | `counter`, `after` (ms) |
 //! | warn | `round trip slow` | `counter`, `round_trip` (ms), `interval` (ms) |
 //! | warn | `store caveat` | `counter`, `store`, `caveat` |
@@ -142,13 +142,17 @@ pub enum Event<'a> {
     /// is never sent again, and is in exactly one of the two attributes:
     ///
     /// - `dropped`: certainly not counted by the store (it refused the flush);
-    /// - `unsettled`: perhaps counted, perhaps not (its copies went unanswered for the whole
-    ///   resend window, or the counter was closed while one was in the store's hands).
+    /// - `unsettled`: perhaps counted, perhaps not: a flush in doubt that no later flush
+    ///   settled (the counter stopped first, another flush went in doubt, or half the fence's
+    ///   life passed), or one refused after a copy may have run.
     ///
     /// A family reports each key of a failed flush with an event of its own.
     FlushFailed {
         /// Why.
         error: &'a StoreError,
+        /// The flush's sequence number: the store's fence holds it while it is the
+        /// participant's last flush applied.
+        seq: u64,
         /// The family's key the amount was for; `None` for a counter.
         key: Option<&'a str>,
         /// The amount certainly not counted.
@@ -376,11 +380,13 @@ impl Event<'_> {
             }
             Event::FlushFailed {
                 error,
+                seq,
                 key,
                 dropped,
                 unsettled,
             } => {
                 f("error", Value::Error(error));
+                f("seq", Value::U64(*seq));
                 if let Some(key) = key {
                     f("key", Value::Str(key));
                 }

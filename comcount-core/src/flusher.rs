@@ -8,10 +8,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use crate::aim::Aim;
-use crate::batch::{Ages, Batch};
+use crate::batch::{self, Ages, Batch};
 use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter, ResendReason};
-use crate::error::Abandoned;
+use crate::doubt::Held;
+use crate::error::{Abandoned, StoreError};
 use crate::flight::{Answer, Flight};
 use crate::keys::Layout;
 use crate::lanes::{Lanes, Opener, Start};
@@ -54,6 +55,8 @@ pub(crate) struct Flusher<S, T> {
     flight: Flight,
     /// Tells a far store from a queue, for the lanes.
     steadiness: Steadiness,
+    /// A flush given up with its fate unknown, until a later reply tells it.
+    held: Option<Held>,
     /// Whether the flush's amounts were taken from the buffers and are not accounted for yet:
     /// what a drop of the loop must settle.
     unsettled: bool,
@@ -74,9 +77,9 @@ impl<S, T> Flusher<S, T> {
         match step {
             Step::PutBack => self.batch.put_back(&self.request, &self.report),
             Step::GiveUp { error, dropped } => {
-                self.batch
-                    .give_up(&self.request, &error, dropped, &self.report);
+                batch::give_up(&self.request, &error, dropped, &self.report);
             }
+            Step::InDoubt(error) => batch::give_up(&self.request, &error, false, &self.report),
             _ => {}
         }
     }
@@ -88,6 +91,10 @@ impl<S, T> Drop for Flusher<S, T> {
     /// as a close does. If the diagnostics are what panicked, nothing more is reported to
     /// them, and only amounts that certainly were not counted go back.
     fn drop(&mut self) {
+        let held = self.held.take();
+        if let Some(held) = held.filter(|_| !self.report.sink_panicked()) {
+            held.unsettled(&self.report);
+        }
         if !self.unsettled {
             return;
         }
@@ -155,6 +162,7 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                     .with_fence_ttl_ms(settings.fence_ttl_ms),
             ),
             steadiness: Steadiness::new(settings.interval),
+            held: None,
             unsettled: false,
             partition,
             lane,
@@ -207,6 +215,10 @@ impl<S: Store, T: Timer> Flusher<S, T> {
     async fn fly(&mut self) -> Option<Settled> {
         let ages = self.ages();
         self.shared.epoch.fetch_max(ages.epoch, Relaxed);
+        let (now, fence_ttl) = (self.timer.now(), self.fence_ttl());
+        if let Some(held) = self.held.take_if(|held| held.doubt.expired(now, fence_ttl)) {
+            held.unsettled(&self.report);
+        }
         let Self {
             shared,
             batch,
@@ -245,6 +257,10 @@ impl<S: Store, T: Timer> Flusher<S, T> {
                         count: self.batch.count(),
                     });
                     return Some(Settled::Counted(interval));
+                }
+                Step::InDoubt(error) => {
+                    self.hold(error);
+                    return Some(Settled::NotCounted);
                 }
                 step => {
                     self.end(step);
@@ -291,10 +307,30 @@ impl<S: Store, T: Timer> Flusher<S, T> {
         match answer.result {
             Ok(reply) => {
                 self.learn(&reply, answer.sent, now);
+                if let Some(held) = self.held.take() {
+                    let told = held.doubt.told_by(&reply, now, self.fence_ttl());
+                    self.held = held.settle(told, &self.report);
+                }
                 self.settling.replied(&reply, answer.sent, now, &self.aim);
             }
             Err(error) => self.settling.failed(error, answer.sent, now),
         }
+    }
+
+    /// Keeps the flush, given up with its fate unknown, until a later reply tells it
+    /// ([`doubt`](crate::doubt)). One kept before is reported unsettled: the fence tells only
+    /// of the last flush applied.
+    fn hold(&mut self, error: StoreError) {
+        if let Some(earlier) = self.held.take() {
+            earlier.unsettled(&self.report);
+        }
+        let (request, slots) = (Arc::clone(&self.request), self.batch.hand_over());
+        let started = self.settling.started();
+        self.held = Some(Held::new(started, request, slots, error));
+    }
+
+    fn fence_ttl(&self) -> Duration {
+        Duration::from_millis(self.settings.fence_ttl_ms)
     }
 
     /// Learns the store's clock, the round trip and the group's totals from a reply.

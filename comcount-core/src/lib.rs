@@ -60,6 +60,7 @@ pub mod builder;
 pub mod clock;
 mod counter;
 pub mod diagnostics;
+mod doubt;
 mod error;
 mod family;
 mod flight;

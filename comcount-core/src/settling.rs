@@ -57,6 +57,9 @@ pub(crate) enum Step {
     /// No more copies: the amounts are reported `dropped` (certainly not counted) or
     /// unsettled (whether they were counted is unknown).
     GiveUp { error: StoreError, dropped: bool },
+    /// No more copies, none refused, and whether one was counted is unknown: a later applied
+    /// flush of this participant may tell ([`doubt`](crate::doubt)).
+    InDoubt(StoreError),
 }
 
 /// Why a copy is sent.
@@ -329,6 +332,11 @@ impl Settling {
         self.last_error.as_ref()
     }
 
+    /// When the flush began.
+    pub(crate) fn started(&self) -> Duration {
+        self.started
+    }
+
     /// How many copies of the flush were sent.
     pub(crate) fn copies(&self) -> u32 {
         self.copies
@@ -408,10 +416,7 @@ impl Settling {
                         StoreError::unanswered(NoReply)
                     }
                 });
-                Step::GiveUp {
-                    error,
-                    dropped: false,
-                }
+                Step::InDoubt(error)
             }
         }
     }
@@ -663,6 +668,7 @@ mod tests {
                 let how = if *dropped { "dropped" } else { "unsettled" };
                 format!("{how}: {:?}", error.kind())
             }
+            Step::InDoubt(error) => format!("in doubt: {:?}", error.kind()),
         }
     }
 
@@ -778,7 +784,7 @@ mod tests {
             &[
                 (0, Sent(5, true), "wait until 100"),
                 (999, Failed(0, unavailable), "wait until 1001"),
-                (1_001, Next, "unsettled: Unavailable"),
+                (1_001, Next, "in doubt: Unavailable"),
             ],
         );
     }
@@ -807,7 +813,7 @@ mod tests {
                 (300, Sent(5, true), "wait until 700"),
                 (700, TimedOut, "send again: Unanswered"),
                 (700, Sent(5, true), "wait until 1000"),
-                (1_000, TimedOut, "unsettled: Unanswered"),
+                (1_000, TimedOut, "in doubt: Unanswered"),
             ],
         );
         run_within(
@@ -897,7 +903,7 @@ mod tests {
                 (10, Sent(5, true), "wait until 110"),
                 (1_000, Reply(10, WrongInterval, 15, None), "wait until 1010"),
                 // A client's replay may still land: whether it was counted is unknown.
-                (1_010, Next, "unsettled: Unanswered"),
+                (1_010, Next, "in doubt: Unanswered"),
             ],
         );
     }

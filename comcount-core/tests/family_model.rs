@@ -25,7 +25,7 @@ use comcount_core::clock::Clock;
 use comcount_core::diagnostics::{Diagnostics, Event};
 use comcount_core::keys::partition_of;
 use comcount_core::{Family, KeyCounter, KeySpace, Outcome, ParticipantId};
-use common::sim::{Fault, Sim, SimStore, cases, fault};
+use common::sim::{Fault, Sim, cases, fault};
 use futures::task::LocalSpawnExt;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -127,8 +127,6 @@ struct Failed {
 /// the family's.
 #[derive(Clone)]
 struct Failures {
-    store: SimStore,
-    participant: u64,
     partitions: u32,
     failed: Arc<Mutex<Vec<Failed>>>,
     misnamed: Arc<Mutex<Vec<String>>>,
@@ -141,16 +139,14 @@ impl Diagnostics for Failures {
         }
         if let Event::FlushFailed {
             key,
+            seq,
             dropped,
             unsettled,
             ..
         } = event
         {
             let partition = key.map_or(u32::MAX, |key| partition_of(key, self.partitions));
-            let seq = self
-                .store
-                .last_sent_in(self.participant, &space(partition))
-                .unwrap_or(0);
+            let seq = *seq;
             self.failed.lock().unwrap().push(Failed {
                 key: key.map(str::to_owned),
                 partition,
@@ -197,8 +193,6 @@ impl World {
             .map(|i| {
                 let id = i as u64 + 1;
                 let failures = Failures {
-                    store: store.clone(),
-                    participant: id,
                     partitions: shape.partitions,
                     failed: Arc::default(),
                     misnamed: Arc::default(),

@@ -13,7 +13,7 @@ use std::time::Duration;
 use comcount_core::clock::Clock;
 use comcount_core::diagnostics::{Diagnostics, Event};
 use comcount_core::{Counter, Outcome, ParticipantId};
-use common::sim::{Fault, Sim, SimStore, cases, fault};
+use common::sim::{Fault, Sim, cases, fault};
 use futures::task::LocalSpawnExt;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -66,28 +66,28 @@ fn step() -> impl Strategy<Value = (u64, Step)> {
     (0..INTERVAL_MS, kind)
 }
 
-/// Records each flush reported dropped and each reported unsettled: its sequence number (the
-/// participant's last send, as one flush is in the air at a time) and its amount.
+/// Records each flush reported dropped and each reported unsettled: its sequence number and its
+/// amount.
 #[derive(Clone)]
 struct Drops {
-    store: SimStore,
-    participant: u64,
     dropped: Arc<Mutex<Vec<(u64, u64)>>>,
     unsettled: Arc<Mutex<Vec<(u64, u64)>>>,
 }
 
 impl Diagnostics for Drops {
     fn record(&self, _counter: &str, event: &Event<'_>) {
-        let seq = || self.store.last_sent(self.participant).unwrap_or(0);
         if let Event::FlushFailed {
-            dropped, unsettled, ..
+            seq,
+            dropped,
+            unsettled,
+            ..
         } = event
         {
             if *dropped > 0 {
-                self.dropped.lock().unwrap().push((seq(), *dropped));
+                self.dropped.lock().unwrap().push((*seq, *dropped));
             }
             if *unsettled > 0 {
-                self.unsettled.lock().unwrap().push((seq(), *unsettled));
+                self.unsettled.lock().unwrap().push((*seq, *unsettled));
             }
         }
     }
@@ -117,8 +117,6 @@ impl World {
             .map(|i| {
                 let id = i as u64 + 1;
                 let drops = Drops {
-                    store: store.clone(),
-                    participant: id,
                     dropped: Arc::default(),
                     unsettled: Arc::default(),
                 };

@@ -1068,6 +1068,7 @@ mod tests {
                 "c",
                 &Event::FlushFailed {
                     error: &closed,
+                    seq: 0,
                     key: *key,
                     dropped: 0,
                     unsettled: *amount,

@@ -233,6 +233,7 @@ mod tests {
             });
             record(Event::FlushFailed {
                 error: &error,
+                seq: 7,
                 key: None,
                 dropped: 5,
                 unsettled: 0,

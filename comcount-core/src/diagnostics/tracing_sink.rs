@@ -44,6 +44,7 @@ struct Fields<'a> {
     lanes: Option<u64>,
     unsent: Option<u64>,
     calls: Option<u64>,
+    seq: Option<u64>,
     prefix: Option<&'a str>,
     store: Option<&'a str>,
     key: Option<&'a str>,
@@ -78,6 +79,7 @@ impl<'a> Fields<'a> {
             "lanes" => &mut self.lanes,
             "unsent" => &mut self.unsent,
             "calls" => &mut self.calls,
+            "seq" => &mut self.seq,
             _ => return self.take_other(name, value),
         };
         match value {
@@ -138,6 +140,7 @@ macro_rules! event_at {
             lanes = f.lanes,
             unsent = f.unsent,
             calls = f.calls,
+            seq = f.seq,
             prefix = f.prefix,
             store = f.store,
             key = f.key,
@@ -290,6 +293,7 @@ mod tests {
             },
             Event::FlushFailed {
                 error: &error,
+                seq: 7,
                 key: Some("acme"),
                 dropped: 5,
                 unsettled: 0,
@@ -365,6 +369,7 @@ mod tests {
             },
             Event::FlushFailed {
                 error: &error,
+                seq: 7,
                 key: Some("k"),
                 dropped: 1,
                 unsettled: 2,
