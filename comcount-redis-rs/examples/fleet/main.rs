@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use comcount_redis_rs::clock::TokioTimer;
+use comcount_redis_rs::diagnostics::{Diagnostics, Event};
 use comcount_redis_rs::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use comcount_redis_rs::testing::Recorded;
 use comcount_redis_rs::{Counter, KeySpace, MemoryStore, RedisStore, Store, redis};
@@ -129,12 +130,14 @@ async fn run<S: Store + Clone>(
         clock,
         interval_ms,
     });
+    let given_up = GivenUp::default();
     let mut counters = Vec::new();
     let mut tasks = Vec::new();
     for (participant, store) in stores.into_iter().enumerate() {
         let store = Recorded::new(store, Arc::clone(&clerk));
         let (counter, worker) = Counter::builder(name.as_str(), options.interval)
             .prefix(PREFIX)
+            .diagnostics(given_up.clone())
             .build(store, TokioTimer::new())?;
         tokio::spawn(worker);
         counters.push(counter.clone());
@@ -246,6 +249,11 @@ async fn run<S: Store + Clone>(
         "over the run: {events} events counted by the participants, {held_total} of them in \
          the store's interval totals (the rest not yet sent when the run stopped)"
     );
+    println!(
+        "given up: {} units reported dropped, {} unsettled",
+        given_up.0[0].load(Ordering::Relaxed),
+        given_up.0[1].load(Ordering::Relaxed)
+    );
     if held_total > events {
         truthful = false;
         println!("overcount: the store holds more than the participants counted");
@@ -313,4 +321,20 @@ async fn probe(url: &str) -> Result<(), Box<dyn Error>> {
 async fn manager(client: &redis::Client) -> redis::RedisResult<ConnectionManager> {
     let config = ConnectionManagerConfig::new().set_max_delay(Duration::from_millis(250));
     client.get_connection_manager_with_config(config).await
+}
+
+/// The units the participants reported given up: dropped, and unsettled.
+#[derive(Clone, Default)]
+struct GivenUp(Arc<[AtomicU64; 2]>);
+
+impl Diagnostics for GivenUp {
+    fn record(&self, _counter: &str, event: &Event<'_>) {
+        if let Event::FlushFailed {
+            dropped, unsettled, ..
+        } = event
+        {
+            self.0[0].fetch_add(*dropped, Ordering::Relaxed);
+            self.0[1].fetch_add(*unsettled, Ordering::Relaxed);
+        }
+    }
 }
