@@ -7,7 +7,8 @@
 //! waits as long again and reads it once more. What one counter takes is the difference over
 //! `MORE`: the runtime, the connection and the allocator's own overhead cancel out. It then
 //! does the same with counters that are built and spawned but never incremented, whose workers
-//! wait for a first increment.
+//! wait for a first increment, and the size of one worker's boxed task
+//! (`Worker::task_size`, not part of the stable API) for comparison.
 //!
 //! It uses only what every version of the crate has, so that one copy of this file builds
 //! against an older commit as well:
@@ -59,6 +60,8 @@ struct Run {
     prefix: String,
     /// The counters built so far, incremented every tick when `busy`.
     counters: Arc<Mutex<Vec<Counter>>>,
+    /// The size of one worker's boxed task.
+    task_size: std::sync::atomic::AtomicUsize,
 }
 
 impl Run {
@@ -69,6 +72,8 @@ impl Run {
                 .prefix(self.prefix.clone())
                 .build(self.store.clone(), TokioTimer::new())
                 .expect("counter");
+            self.task_size
+                .store(worker.task_size(), std::sync::atomic::Ordering::Relaxed);
             tokio::spawn(worker);
             counters.push(counter);
         }
@@ -105,6 +110,7 @@ async fn main() {
         interval,
         prefix: format!("lone-memory:{pid}:busy:"),
         counters: Arc::default(),
+        task_size: Default::default(),
     };
     let driven = Arc::clone(&flushing.counters);
     tokio::spawn(async move {
@@ -123,12 +129,14 @@ async fn main() {
         interval,
         prefix: format!("lone-memory:{pid}:idle:"),
         counters: Arc::default(),
+        task_size: Default::default(),
     };
     let waiting = per_counter(&idle, first, more, settle).await;
     println!(
         "first={first} more={more} interval_ms={} flushing_bytes_per_counter={busy:.0} \
-         idle_bytes_per_counter={waiting:.0}",
-        interval.as_millis()
+         idle_bytes_per_counter={waiting:.0} worker_task_bytes={}",
+        interval.as_millis(),
+        idle.task_size.load(std::sync::atomic::Ordering::Relaxed),
     );
     // The counters' tasks and the driver go with the runtime; their keys expire.
     std::process::exit(0);
