@@ -1,6 +1,7 @@
 //! Which interval the store's clock will be in when a flush arrives, estimated from the last
 //! reply: the store's interval and phase then, and the round trip it took.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::store::{FlushReply, FlushRequest};
@@ -92,6 +93,17 @@ impl Aim {
     fn arrival(&self, now: Duration) -> Option<Duration> {
         self.anchor
             .map(|a| a.store_time + a.round_trip + now.saturating_sub(a.received))
+    }
+
+    /// Aims `request` at the interval the store will be in when a copy sent at `now` arrives.
+    /// The request is copied only when an earlier copy in the air still holds it.
+    pub(crate) fn aim(&self, request: &mut Arc<FlushRequest>, now: Duration) {
+        let (expect, reach) = (self.expected_interval(now), self.reach());
+        if (request.expect, request.reach) != (expect, reach) {
+            let request = Arc::make_mut(request);
+            request.expect = expect;
+            request.reach = reach;
+        }
     }
 
     /// The interval a flush sent at `now` should land in; 0 before any reply, which costs one

@@ -8,10 +8,13 @@
 //! evicted on the way. A single counter's one key is always taken.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::diagnostics::{Event, Reporter};
 use crate::error::{AmountError, StoreError};
 use crate::keys::Layout;
+use crate::settings::Settings;
+use crate::settling::Step;
 use crate::shared::Shared;
 use crate::slot::Slot;
 use crate::store::{Entry, FlushRequest};
@@ -41,6 +44,24 @@ pub(crate) struct Ages {
     pub(crate) now_ms: u64,
     /// A total refreshed longer ago than this, in milliseconds, is forgotten.
     pub(crate) stale_after_ms: u64,
+}
+
+impl Ages {
+    /// The ages at `now` (on the worker's timer) for a counter of `settings`, whose totals
+    /// stay fresh for `stale_after`.
+    pub(crate) fn new(now: Duration, settings: &Settings, stale_after: Duration) -> Self {
+        let now_ms = millis(now);
+        Self {
+            epoch: now_ms / settings.interval_ms,
+            evict_after: settings.evict_after_intervals(),
+            now_ms,
+            stale_after_ms: millis(stale_after),
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl Batch {
@@ -156,6 +177,18 @@ impl Batch {
     /// Returns the entries' amounts, certainly not counted, to their buffers.
     pub(crate) fn put_back(&self, request: &FlushRequest, report: &Reporter) {
         put_back(&self.slots, request, report);
+    }
+
+    /// Accounts for `request`, a flush of these entries that ended without being counted as
+    /// `step` says: back to the buffers if it certainly was not, reported as given up
+    /// otherwise.
+    pub(crate) fn end(&self, request: &FlushRequest, step: Step, report: &Reporter) {
+        match step {
+            Step::PutBack => self.put_back(request, report),
+            Step::GiveUp { error, dropped } => give_up(request, &error, dropped, report),
+            Step::InDoubt(error) => give_up(request, &error, false, report),
+            _ => {}
+        }
     }
 
     /// Hands the flush's slots over to a flush kept in doubt, which holds them (a slot held

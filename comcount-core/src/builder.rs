@@ -14,6 +14,7 @@ use crate::counter::Counter;
 use crate::diagnostics::{Diagnostics, LogDiagnostics, Reporter};
 use crate::error::ConfigError;
 use crate::family::Family;
+use crate::parts::Parts;
 use crate::registry::Registry;
 use crate::sequence;
 use crate::settings::{self, FamilyChoice, PolicyChoice, Settings};
@@ -22,7 +23,7 @@ use crate::slot::Slot;
 use crate::slow_alarm::SharedAlarm;
 use crate::store::{ParticipantId, Store};
 use crate::timing::Timing;
-use crate::worker::{Tick, Worker};
+use crate::worker::Worker;
 
 /// The settings of a counter, from [`Counter::builder`], or of a family, from
 /// [`Family::builder`]: the same settings, and a family's own on top.
@@ -238,9 +239,9 @@ impl<K> Builder<K> {
     ) -> (Arc<Lifetime>, Worker) {
         let clock: Arc<dyn Clock> = Arc::new(timer.clone());
         let shared = Arc::new(Shared::new(Arc::clone(&settings.name), keys, clock));
-        let tick = Tick {
+        let parts = Parts {
             first_seq: sequence::first(SystemClock.now(), fastrand::u64(..sequence::SPREAD)),
-            alarm: SharedAlarm::new(settings.interval),
+            alarm: SharedAlarm::new(settings.interval, settings.partitions()),
             report: Reporter::new(Arc::clone(&settings.name), self.diagnostics),
             participant: self.participant.unwrap_or_else(ParticipantId::random),
             shared: Arc::clone(&shared),
@@ -248,7 +249,7 @@ impl<K> Builder<K> {
             timer,
             settings,
         };
-        (Arc::new(Lifetime(shared)), Worker::new(tick))
+        (Arc::new(Lifetime(shared)), Worker::new(parts))
     }
 }
 

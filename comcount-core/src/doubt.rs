@@ -119,6 +119,53 @@ impl Held {
     }
 }
 
+/// The flush in doubt of one flush loop, if it has one: the fence tells only of the last
+/// flush applied, so it keeps one at most.
+pub(crate) struct InDoubt {
+    held: Option<Held>,
+    fence_ttl: Duration,
+}
+
+impl InDoubt {
+    /// Nothing in doubt, for a store whose fences live `fence_ttl`.
+    pub(crate) fn new(fence_ttl: Duration) -> Self {
+        Self {
+            held: None,
+            fence_ttl,
+        }
+    }
+
+    /// Keeps `held` until a later reply tells it; one kept before is reported unsettled.
+    pub(crate) fn hold(&mut self, held: Held, report: &Reporter) {
+        if let Some(earlier) = self.held.replace(held) {
+            earlier.unsettled(report);
+        }
+    }
+
+    /// Settles the flush kept, if `reply`, which came at `now`, tells what became of it.
+    pub(crate) fn hear(&mut self, reply: &FlushReply, now: Duration, report: &Reporter) {
+        if let Some(held) = self.held.take() {
+            let told = held.doubt.told_by(reply, now, self.fence_ttl);
+            self.held = held.settle(told, report);
+        }
+    }
+
+    /// Reports the flush kept unsettled if it has been kept as long as it may be by `now`.
+    pub(crate) fn expire(&mut self, now: Duration, report: &Reporter) {
+        let fence_ttl = self.fence_ttl;
+        if let Some(held) = self.held.take_if(|held| held.doubt.expired(now, fence_ttl)) {
+            held.unsettled(report);
+        }
+    }
+
+    /// Reports the flush kept unsettled: the loop ends.
+    pub(crate) fn end(&mut self, report: &Reporter) {
+        if let Some(held) = self.held.take() {
+            held.unsettled(report);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

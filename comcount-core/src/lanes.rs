@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use crate::aim::Aim;
+use crate::diagnostics::{Event, Reporter};
 use crate::round_trip::RoundTrip;
+use crate::steadiness::Steadiness;
 
 /// The most lanes a partition flushes through: enough for a round trip of three and a half
 /// intervals.
@@ -212,12 +214,42 @@ impl Default for Opener {
 }
 
 impl Opener {
+    /// Decides how many lanes the partition flushes through, after one of the first lane's
+    /// flushes: more than one only while the round trip is over an interval, steady, and the
+    /// path's own time rather than a queue behind other flushes, where more flushes in the air
+    /// would only lengthen the queue. Reports a change.
+    pub(crate) fn after_flush(
+        &mut self,
+        lanes: &Lanes,
+        interval: Duration,
+        (aim, round_trip, steadiness): (&Aim, &RoundTrip, &Steadiness),
+        report: &Reporter,
+    ) {
+        let path = aim.steady_round_trip().filter(|_| {
+            let spread = steadiness.spread();
+            spread.is_some_and(|spread| spread <= interval / 4)
+        });
+        let before = lanes.wanted();
+        self.decide(lanes, path, interval, || Start {
+            aim: aim.clone(),
+            round_trip: round_trip.clone(),
+        });
+        let wanted = lanes.wanted();
+        if wanted != before {
+            report.emit(Event::FlushLanesChanged {
+                lanes: wanted,
+                round_trip: path.or(round_trip.smoothed()).unwrap_or_default(),
+                interval,
+            });
+        }
+    }
+
     /// Decides how many lanes flush after one of the first lane's flushes: more when its
     /// `round_trip` grows, fewer once it is an eighth of an interval below the step where
     /// fewer would do (so that a round trip near a step does not open and close a lane from
     /// one reply to the next), and one while there is no round trip to go by (`None`: it is
     /// unsteady, or a queue's), or while a hold lasts. A lane opened starts from `start`.
-    pub(crate) fn decide(
+    fn decide(
         &mut self,
         lanes: &Lanes,
         round_trip: Option<Duration>,

@@ -68,6 +68,7 @@ mod flusher;
 pub mod keys;
 mod lanes;
 mod memory;
+mod parts;
 mod pause;
 mod registry;
 mod round_trip;

@@ -90,6 +90,11 @@ impl Settings {
         }
     }
 
+    /// How long the store's fence keeps a participant's last flush.
+    pub(crate) fn fence_ttl(&self) -> Duration {
+        Duration::from_millis(self.fence_ttl_ms)
+    }
+
     /// How many partitions flush: 1 for a counter.
     pub(crate) fn partitions(&self) -> u32 {
         self.family.map_or(1, |f| f.partitions)

@@ -28,11 +28,12 @@ use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use crate::aim::Aim;
-use crate::diagnostics::ResendReason;
+use crate::diagnostics::{Event, Reporter, ResendReason};
 use crate::error::{
     Abandoned, NeverLanded, NoReply, NumberTaken, StaleFlush, StoreError, StoreErrorKind,
 };
 use crate::round_trip::RoundTrip;
+use crate::settings::Settings;
 use crate::store::{FlushReply, Outcome};
 
 /// How many wrong-interval replies in a row a flush may get before it waits for the next
@@ -77,7 +78,7 @@ pub(crate) enum Why {
 
 impl Why {
     /// Why a copy is sent again; `None` for the first.
-    pub(crate) fn resent(self) -> Option<ResendReason> {
+    fn resent(self) -> Option<ResendReason> {
         match self {
             Why::First => None,
             Why::Resend(reason) | Why::Retarget(reason) => Some(reason),
@@ -93,6 +94,16 @@ pub(crate) struct Limits {
     pub(crate) resend_window: Duration,
     /// How long the store's fence keeps a participant's last flush.
     pub(crate) fence_ttl: Duration,
+}
+
+impl From<&Settings> for Limits {
+    fn from(settings: &Settings) -> Self {
+        Self {
+            interval: settings.interval,
+            resend_window: settings.policy.resend_window,
+            fence_ttl: settings.fence_ttl(),
+        }
+    }
 }
 
 /// The settling of a participant's flushes, one at a time. What it learns of the store (the
@@ -327,19 +338,25 @@ impl Settling {
         }
     }
 
-    /// The last error that left a copy's fate unknown, for a report of the copy sent after it.
-    pub(crate) fn last_error(&self) -> Option<&StoreError> {
-        self.last_error.as_ref()
+    /// Reports a copy sent again for `why`, with the error that left the copy before it
+    /// unknown when it failed on the way.
+    pub(crate) fn report_resent(&self, why: Why, report: &Reporter) {
+        if let Some(reason) = why.resent() {
+            let error = match reason {
+                ResendReason::Failed => self.last_error.as_ref(),
+                _ => None,
+            };
+            report.emit(Event::CopyResent {
+                reason,
+                copy: self.copies,
+                error,
+            });
+        }
     }
 
     /// When the flush began.
     pub(crate) fn started(&self) -> Duration {
         self.started
-    }
-
-    /// How many copies of the flush were sent.
-    pub(crate) fn copies(&self) -> u32 {
-        self.copies
     }
 
     /// The last interval this participant is known to have added to.

@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::task::AtomicWaker;
 
 use crate::clock::Clock;
+use crate::diagnostics::{Event, Reporter};
 use crate::error::KeyError;
 use crate::registry::Registry;
 use crate::slot::Slot;
@@ -109,11 +110,12 @@ impl Shared {
         true
     }
 
-    /// Takes the refused calls noted since the last take: each reason with a count above 0.
-    pub(crate) fn take_refused_keys(&self, mut f: impl FnMut(&'static str, u64)) {
+    /// Reports the calls of a family's `increment` refused for their key since the last report.
+    pub(crate) fn report_refused_keys(&self, report: &Reporter) {
         for (reason, calls) in KEY_REFUSALS.iter().zip(&self.refused) {
             if calls.load(Ordering::Relaxed) > 0 {
-                f(reason, calls.swap(0, Ordering::Relaxed));
+                let calls = calls.swap(0, Ordering::Relaxed);
+                report.emit(Event::KeyRefused { reason, calls });
             }
         }
     }

@@ -20,7 +20,7 @@
 //! otherwise say so every few intervals.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::diagnostics::{Event, Reporter};
@@ -36,16 +36,23 @@ const MAX_PATIENCE_HOLDS: u32 = 8;
 
 /// One alarm for all the partitions of a family, which share a store: the store is reported
 /// slow once, not once per partition.
-#[derive(Clone, Debug)]
-pub(crate) struct SharedAlarm(Arc<Mutex<SlowAlarm>>);
+#[derive(Debug)]
+pub(crate) struct SharedAlarm {
+    alarm: Mutex<SlowAlarm>,
+    /// How many partitions share it.
+    partitions: u32,
+}
 
 impl SharedAlarm {
-    pub(crate) fn new(interval: Duration) -> Self {
-        Self(Arc::new(Mutex::new(SlowAlarm::new(interval))))
+    pub(crate) fn new(interval: Duration, partitions: u32) -> Self {
+        Self {
+            alarm: Mutex::new(SlowAlarm::new(interval)),
+            partitions,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, SlowAlarm> {
-        self.0
+        self.alarm
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -61,9 +68,12 @@ impl SharedAlarm {
         self.lock().answered(partition, sent, now, report);
     }
 
-    /// See [`SlowAlarm::awaiting`].
+    /// See [`SlowAlarm::awaiting`]; only for a family of more than one partition, whose
+    /// others it tells: a counter has none to tell.
     pub(crate) fn awaiting(&self, partition: u32, oldest: Option<Duration>) {
-        self.lock().awaiting(partition, oldest);
+        if self.partitions > 1 {
+            self.lock().awaiting(partition, oldest);
+        }
     }
 
     /// See [`SlowAlarm::waiting`].
@@ -263,6 +273,7 @@ impl SlowAlarm {
 mod tests {
     use super::*;
     use crate::diagnostics::Recorder;
+    use std::sync::Arc;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

@@ -3,28 +3,31 @@
 
 use std::future::{Future, poll_fn};
 use std::pin::pin;
-use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use crate::batch::Batch;
 use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
+use crate::keys::Layout;
 use crate::lanes::Lanes;
+use crate::parts::Parts;
 use crate::shared::Shared;
+use crate::store::{FlushReply, FlushRequest, Outcome};
 
 /// Keeps how fresh a partition's totals are. Totals that nothing refreshed for two intervals
 /// become unknown, whatever the background task is busy with: a hanging flush included.
 /// Totals that took a long round trip to arrive keep that much longer (up to three intervals
 /// more), since the next ones will take as long. The lanes of a partition ([`Lanes`]) keep
 /// one time for their totals: a refresh by any lane keeps them fresh.
-pub(crate) struct Watch<T> {
-    timer: T,
-    shared: Arc<Shared>,
+pub(crate) struct Watch<'a, T> {
+    timer: &'a T,
+    shared: &'a Shared,
     partition: u32,
-    report: Reporter,
+    report: &'a Reporter,
     interval: Duration,
     /// When the partition's totals go stale, shared by its lanes.
-    lanes: Arc<Lanes>,
+    lanes: &'a Lanes,
     /// A counter's total of the interval its last flush was counted in, waiting for that
     /// interval to end.
     landed: Option<Landed>,
@@ -62,46 +65,62 @@ pub(crate) enum Waited<O> {
     Deadline,
 }
 
-impl<T: Timer> Watch<T> {
-    pub(crate) fn new(
-        timer: T,
-        shared: Arc<Shared>,
-        partition: u32,
-        report: Reporter,
-        interval: Duration,
-        lanes: Arc<Lanes>,
-    ) -> Self {
+impl<'a, T: Timer> Watch<'a, T> {
+    /// Watches the totals of `partition`, whose lanes are `lanes`.
+    pub(crate) fn new<S>(parts: &'a Parts<S, T>, partition: u32, lanes: &'a Lanes) -> Self {
         Self {
-            timer,
-            shared,
+            timer: &parts.timer,
+            shared: &parts.shared,
             partition,
-            report,
-            interval,
+            report: &parts.report,
+            interval: parts.settings.interval,
             lanes,
             landed: None,
         }
     }
 
-    /// Notes a single counter's total of the interval `interval`, just after its flush was
-    /// counted there, `phase` into it by the store's clock; the copy took `round_trip`. It
-    /// becomes the group's total once the interval has ended, if nothing newer came by then.
-    pub(crate) fn landed(
+    /// Learns the group's totals from `reply`, to `request` sent by lane `lane` of the
+    /// partition, whose copy took `round_trip`: the totals of the interval before, for the keys
+    /// of `batch`, unless a later reply of another lane brought newer ones; and a counter's
+    /// landed total, which becomes its group's total once its interval has ended.
+    pub(crate) fn learn(
         &mut self,
-        total: u64,
-        interval: u64,
-        phase: Duration,
+        reply: &FlushReply,
+        request: &FlushRequest,
+        lane: u32,
         round_trip: Duration,
+        batch: &Batch,
     ) {
-        let at = self.timer.now();
-        // The flush ran before its reply came: its interval ends no later than this.
-        let ends_at = at + self.interval.saturating_sub(phase);
-        self.landed = Some(Landed {
-            total,
-            interval,
-            ends_at,
-            at,
-            round_trip,
-        });
+        if reply.outcome == Outcome::WrongInterval
+            || !self.lanes.newest_totals(reply.interval, lane)
+        {
+            return;
+        }
+        let now = self.timer.now();
+        let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
+        let totals = &reply.previous_totals;
+        // Not once closed: a reply that comes as the family closes must not bring a total
+        // back after `close()` forgot them all.
+        let open = self
+            .shared
+            .while_open(|| batch.refresh(totals, now_ms))
+            .is_some();
+        self.refreshed(open && totals.iter().any(Option::is_some), round_trip);
+        // A counter that did not add to the interval before learns no total from this reply;
+        // it takes its own interval's once that has ended. (A total of 0 says nothing that an
+        // unknown one does not.)
+        let landed = landed_total(reply, request);
+        if reply.previous_total().is_none() && landed > 0 {
+            // The flush ran before its reply came: its interval ends no later than this.
+            let ends_at = now + self.interval.saturating_sub(reply.phase);
+            self.landed = Some(Landed {
+                total: landed,
+                interval: reply.interval,
+                ends_at,
+                at: now,
+                round_trip,
+            });
+        }
     }
 
     /// Takes the landed total as the group's, once its interval has ended (by `now`), fresh
@@ -150,7 +169,7 @@ impl<T: Timer> Watch<T> {
     ///
     /// A reply that brings none leaves the time to go stale as it was: a family's keys outside
     /// that flush still hold the totals of the replies before.
-    pub(crate) fn refreshed(&mut self, known: bool, round_trip: Duration) {
+    fn refreshed(&mut self, known: bool, round_trip: Duration) {
         if !known {
             return;
         }
@@ -242,6 +261,20 @@ impl<T: Timer> Watch<T> {
         self.report.emit(Event::TotalWentStale {
             after: now.saturating_sub(refreshed_at),
         });
+    }
+}
+
+/// A single counter's total of the interval its flush was counted in, just after it; 0 when
+/// the store did not tell it, and for a family's flush, whose partition holds many keys'
+/// totals: a store that told one would give it to whichever key comes first.
+fn landed_total(reply: &FlushReply, request: &FlushRequest) -> u64 {
+    match reply.landed_totals.as_slice() {
+        &[Some(total)]
+            if reply.outcome == Outcome::Applied && request.space.layout() == Layout::Counter =>
+        {
+            total
+        }
+        _ => 0,
     }
 }
 

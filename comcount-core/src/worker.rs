@@ -14,10 +14,9 @@ use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
 use crate::flusher::Flusher;
 use crate::lanes::Lanes;
-use crate::settings::Settings;
+use crate::parts::Parts;
 use crate::shared::Shared;
-use crate::slow_alarm::SharedAlarm;
-use crate::store::{ParticipantId, Store};
+use crate::store::Store;
 
 /// The background task of a [`Counter`](crate::Counter) or a [`Family`](crate::Family): a
 /// future to spawn on any executor.
@@ -54,10 +53,10 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub(crate) fn new<S: Store, T: Timer>(tick: Tick<S, T>) -> Self {
+    pub(crate) fn new<S: Store, T: Timer>(parts: Parts<S, T>) -> Self {
         Self {
-            shared: Arc::clone(&tick.shared),
-            future: Box::pin(tick.run()),
+            shared: Arc::clone(&parts.shared),
+            future: Box::pin(run(parts)),
         }
     }
 
@@ -95,20 +94,6 @@ impl fmt::Debug for Worker {
     }
 }
 
-/// Everything the tick needs, as the builder hands it over.
-pub(crate) struct Tick<S, T> {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) store: S,
-    pub(crate) timer: T,
-    pub(crate) settings: Settings,
-    pub(crate) report: Reporter,
-    pub(crate) participant: ParticipantId,
-    /// The sequence number the first flush follows.
-    pub(crate) first_seq: u64,
-    /// Tells when the store answers too slowly, for every partition.
-    pub(crate) alarm: SharedAlarm,
-}
-
 /// Ends the background task's life however it ends (stopped, panicking in a store or a
 /// diagnostics sink, or dropped with its runtime): the group's totals become unknown, since
 /// nothing refreshes them after, and `counter stopped` is reported with what was never sent,
@@ -123,75 +108,75 @@ impl Drop for StopOnExit {
     fn drop(&mut self) {
         self.shared.forget_totals();
         if !self.report.sink_panicked() {
-            crate::flusher::report_refused_keys(&self.shared, &self.report);
+            self.shared.report_refused_keys(&self.report);
             let unsent = self.shared.unsent();
             self.report.emit(Event::CounterStopped { unsent });
         }
     }
 }
 
-impl<S: Store, T: Timer> Tick<S, T> {
-    async fn run(self) {
-        let Tick {
-            shared,
-            store,
-            timer,
-            settings,
-            report,
-            participant,
-            first_seq,
-            alarm,
-        } = self;
-        let _stop = StopOnExit {
-            shared: Arc::clone(&shared),
-            report: report.clone(),
-        };
-        report.emit(Event::CounterStarted {
-            interval: settings.interval,
-            prefix: &settings.prefix,
+/// Reports the start, then runs the flush loops of every partition until the counter is
+/// closed and they have accounted for their flushes.
+async fn run<S: Store, T: Timer>(parts: Parts<S, T>) {
+    let Parts {
+        shared,
+        store,
+        timer,
+        settings,
+        report,
+        participant,
+        first_seq,
+        alarm,
+    } = parts;
+    let _stop = StopOnExit {
+        shared: Arc::clone(&shared),
+        report: report.clone(),
+    };
+    report.emit(Event::CounterStarted {
+        interval: settings.interval,
+        prefix: &settings.prefix,
+        store: store.name(),
+    });
+    if let Some(caveat) = store.caveat() {
+        report.emit(Event::StoreCaveat {
             store: store.name(),
+            caveat: &caveat,
         });
-        if let Some(caveat) = store.caveat() {
-            report.emit(Event::StoreCaveat {
-                store: store.name(),
-                caveat: &caveat,
-            });
-        }
-        let tick = Tick {
-            store: Arc::new(store),
-            shared,
-            timer,
-            settings,
-            report,
-            participant,
-            first_seq,
-            alarm,
-        };
-        let partitions = tick.settings.partitions();
-        if partitions == 1 {
-            // A counter, or a family of one partition: its loops alone, without a join to
-            // poll them through.
-            flush_partition(&tick, 0).await;
-        } else {
-            // Each partition is polled when its own waker fires: a join that polls every
-            // child on any wake (as `join_all` does up to 30) would poll all the partitions
-            // for the answer of one.
-            let mut loops: FuturesUnordered<_> = (0..partitions)
-                .map(|partition| flush_partition(&tick, partition))
-                .collect();
-            while loops.next().await.is_some() {}
-        }
+    }
+    let parts = Parts {
+        store: Arc::new(store),
+        shared,
+        timer,
+        settings,
+        report,
+        participant,
+        first_seq,
+        alarm,
+    };
+    let partitions = parts.settings.partitions();
+    if partitions == 1 {
+        // A counter, or a family of one partition: its loops alone, without a join to poll
+        // them through.
+        flush_partition(&parts, 0).await;
+    } else {
+        // Each partition is polled when its own waker fires: a join that polls every child on
+        // any wake (as `join_all` does up to 30) would poll all the partitions for the answer
+        // of one.
+        let mut loops: FuturesUnordered<_> = (0..partitions)
+            .map(|partition| flush_partition(&parts, partition))
+            .collect();
+        while loops.next().await.is_some() {}
     }
 }
 
 /// The flush loops of one partition: its first lane, and the others it opens while the store
 /// is farther away than an interval ([`lanes`](crate::lanes)). Every lane is polled on any of
 /// their wakes: they share the partition's waker, which a close wakes.
-async fn flush_partition<S: Store, T: Timer>(tick: &Tick<Arc<S>, T>, partition: u32) {
-    let lanes = Arc::new(Lanes::default());
-    let mut first = Flusher::new(tick, partition, 0, &lanes);
-    if tick.settings.lanes_allowed() {
-        join(first.run(), more_lanes(tick, partition, &lanes)).await;
+async fn flush_partition<S: Store, T: Timer>(parts: &Parts<Arc<S>, T>, partition: u32) {
+    let lanes = Lanes::default();
+    let mut first = Flusher::new(parts, partition, 0, &lanes);
+    if parts.settings.lanes_allowed() {
+        join(first.run(), more_lanes(parts, partition, &lanes)).await;
     } else {
         first.run().await;
     }
@@ -199,22 +184,18 @@ async fn flush_partition<S: Store, T: Timer>(tick: &Tick<Arc<S>, T>, partition: 
 
 /// The lanes after the first, each started when the first wants it, each ending when it is
 /// no longer wanted or the counter is closed; completes once closed and every lane has ended.
-async fn more_lanes<S: Store, T: Timer>(
-    tick: &Tick<Arc<S>, T>,
-    partition: u32,
-    lanes: &Arc<Lanes>,
-) {
-    type Lane = Pin<Box<dyn Future<Output = ()> + Send>>;
-    let mut running: Vec<(u32, Lane)> = Vec::new();
+async fn more_lanes<S: Store, T: Timer>(parts: &Parts<Arc<S>, T>, partition: u32, lanes: &Lanes) {
+    type Lane<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+    let mut running: Vec<(u32, Lane<'_>)> = Vec::new();
     poll_fn(|cx| {
         // The first lane decides how many are wanted as it runs, and it is polled just before
         // this, in the same join: no wake is needed for a change.
-        let closed = tick.shared.is_closed();
+        let closed = parts.shared.is_closed();
         if !closed {
             for lane in 1..lanes.wanted() {
                 if running.iter().all(|(open, _)| *open != lane) {
-                    let mut flusher = Flusher::new(tick, partition, lane, lanes);
-                    let run: Lane = Box::pin(async move {
+                    let mut flusher = Flusher::new(parts, partition, lane, lanes);
+                    let run: Lane<'_> = Box::pin(async move {
                         flusher.run().await;
                     });
                     running.push((lane, run));
