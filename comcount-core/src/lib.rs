@@ -53,54 +53,32 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod aim;
-mod batch;
-mod boxed;
-pub mod builder;
 pub mod clock;
-mod counter;
 pub mod diagnostics;
-mod doubt;
+mod engine;
 mod error;
-mod family;
-mod flight;
-mod flusher;
-pub mod keys;
-mod lanes;
-mod memory;
-mod parts;
-mod pause;
-mod registry;
-mod round_trip;
-pub mod script;
-mod script_loader;
-mod sequence;
-mod settings;
-mod settling;
-mod shared;
-mod slot;
-mod slow_alarm;
-mod steadiness;
-mod store;
+mod handle;
+mod protocol;
 mod sync;
-mod tally;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
-mod timing;
-mod watch;
-mod worker;
 
-pub use boxed::BoxStore;
-pub use counter::Counter;
+pub use engine::worker::Worker;
 pub use error::{AmountError, ConfigError, KeyError, StoreError, StoreErrorKind};
-pub use family::{Family, KeyCounter};
-pub use keys::{KeySpace, Layout};
-pub use memory::MemoryStore;
-pub use settings::{MAX_NAME_LEN, MAX_PREFIX_LEN};
-pub use store::{Entry, Fence, FlushReply, FlushRequest, Outcome, ParticipantId, Store};
-pub use timing::Timing;
-pub use worker::Worker;
+pub use handle::builder;
+pub use handle::counter::Counter;
+pub use handle::family::{Family, KeyCounter};
+pub use handle::settings::{MAX_NAME_LEN, MAX_PREFIX_LEN};
+pub use handle::timing::Timing;
+pub use protocol::boxed::BoxStore;
+pub use protocol::keys::{self, KeySpace, Layout};
+pub use protocol::memory::MemoryStore;
+pub use protocol::participant::ParticipantId;
+pub use protocol::reply::{Fence, FlushReply, Outcome};
+pub use protocol::request::{Entry, FlushRequest};
+pub use protocol::script;
+pub use protocol::store::Store;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

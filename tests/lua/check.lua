@@ -6,8 +6,8 @@
 -- come back as their exact digits, and nothing the script hands the server may be a float
 -- (under 5.4, '5.0' is not '5').
 --
---   lua5.4 tests/lua/check.lua comcount-core/src/flush.lua
---   lua5.1 tests/lua/check.lua comcount-core/src/flush.lua
+--   lua5.4 tests/lua/check.lua comcount-core/src/protocol/flush.lua
+--   lua5.1 tests/lua/check.lua comcount-core/src/protocol/flush.lua
 --   lua5.4 tests/lua/check.lua flush.lua counter     only the cases whose name has 'counter'
 --
 -- Prints a line per case, then 'N passed, M failed', and exits non-zero on any failure.

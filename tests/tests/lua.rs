@@ -1,5 +1,5 @@
 //! The flush script under plain Lua interpreters: `tests/lua/check.lua` runs
-//! `comcount-core/src/flush.lua` against a stand-in for Redis's scripting API
+//! `comcount-core/src/protocol/flush.lua` against a stand-in for Redis's scripting API
 //! (`tests/lua/redis_stub.lua`) under Lua 5.4, as Dragonfly embeds it, and under Lua 5.1, as
 //! Redis and Valkey do. Under 5.4 `/` always gives a float, which a reply or a stored total
 //! would carry as "5.0": every case checks replies and keys exactly, totals from 2^53 up to
@@ -16,7 +16,7 @@ use std::process::Command;
 fn check(interpreter: &str) {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let check = manifest.join("lua/check.lua");
-    let script = manifest.join("../comcount-core/src/flush.lua");
+    let script = manifest.join("../comcount-core/src/protocol/flush.lua");
     let output = match Command::new(interpreter).arg(&check).arg(&script).output() {
         Ok(output) => output,
         Err(error) if error.kind() == ErrorKind::NotFound => panic!(

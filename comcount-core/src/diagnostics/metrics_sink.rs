@@ -160,7 +160,7 @@ mod tests {
     use crate::clock::VirtualClock;
     use crate::diagnostics::ResendReason;
     use crate::error::StoreError;
-    use crate::store::Outcome;
+    use crate::protocol::reply::Outcome;
     use crate::{Counter, MemoryStore};
 
     /// Every metric as `(kind, name, labels, value)`, labels sorted.

@@ -192,7 +192,7 @@ mod tests {
     use tracing::{Metadata, Subscriber};
 
     use super::*;
-    use crate::store::Outcome;
+    use crate::protocol::reply::Outcome;
 
     /// A field as it reached the subscriber, with the type it came as.
     #[derive(Clone, PartialEq, Debug)]

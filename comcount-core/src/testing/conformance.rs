@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use super::sleep::{sleep, within};
 use crate::diagnostics::{Recorder, Reporter};
-use crate::keys::{KeySpace, partition_of};
+use crate::protocol::keys::{KeySpace, partition_of};
 use crate::{
     Entry, Fence, FlushReply, FlushRequest, Outcome, ParticipantId, Store, StoreError,
     StoreErrorKind,

@@ -17,5 +17,5 @@
 mod error;
 #[path = "../../../comcount-core/src/sync.rs"]
 mod sync;
-#[path = "../../../comcount-core/src/tally.rs"]
+#[path = "../../../comcount-core/src/handle/tally.rs"]
 mod tally;

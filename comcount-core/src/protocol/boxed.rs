@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use crate::diagnostics::Reporter;
 use crate::error::StoreError;
-use crate::store::{FlushReply, FlushRequest, Store};
+use crate::protocol::reply::FlushReply;
+use crate::protocol::request::FlushRequest;
+use crate::protocol::store::Store;
 
 /// The future a boxed store's flush returns.
 type BoxFlush<'a> = Pin<Box<dyn Future<Output = Result<FlushReply, StoreError>> + Send + 'a>>;
@@ -49,7 +51,7 @@ impl<S: Store> DynStore for S {
 
 /// Any [`Store`], behind one type: for a store chosen at run time.
 ///
-/// Each store is a type of its own, and [`build`](crate::builder::Builder::build) is generic
+/// Each store is a type of its own, and [`build`](crate::handle::builder::Builder::build) is generic
 /// over it. Where one variable, field or function result must hold whichever store was
 /// chosen, box it:
 ///
@@ -88,7 +90,7 @@ impl<S: Store> DynStore for S {
 ///
 /// # Without a box
 ///
-/// Where the choice is made next to the [`build`](crate::builder::Builder::build) call, no box
+/// Where the choice is made next to the [`build`](crate::handle::builder::Builder::build) call, no box
 /// is needed: every `build` of a counter yields the same `(Counter, Worker)`, whatever its store
 /// and timer (and a family's the same `(Family, Worker)`), so each branch of a `match` can
 /// build with a store of another type.

@@ -11,13 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::diagnostics::{Event, Reporter};
+use crate::engine::policy::settling::Step;
 use crate::error::{AmountError, StoreError};
-use crate::keys::Layout;
-use crate::settings::Settings;
-use crate::settling::Step;
-use crate::shared::Shared;
-use crate::slot::Slot;
-use crate::store::{Entry, FlushRequest};
+use crate::handle::settings::Settings;
+use crate::handle::shared::Shared;
+use crate::handle::slot::Slot;
+use crate::protocol::keys::Layout;
+use crate::protocol::request::{Entry, FlushRequest};
 
 /// How many entries a flush may carry for their room to be kept until the next.
 const KEPT_BETWEEN_FLUSHES: usize = 8;

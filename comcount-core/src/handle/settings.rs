@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use crate::keys::KeySpace;
-use crate::store::FlushRequest;
-use crate::timing::{Policy, Timing};
+use crate::handle::timing::{Policy, Timing};
+use crate::protocol::keys::KeySpace;
+use crate::protocol::request::FlushRequest;
 
 /// How long a fence lives at the least, whatever the interval: long enough that no stray copy
 /// of a flush, replayed by a client or held up in the network, can outlive it.
@@ -100,7 +100,7 @@ impl Settings {
         self.family.map_or(1, |f| f.partitions)
     }
 
-    /// Whether flushes may go through more than one lane ([`lanes`](crate::lanes)): a
+    /// Whether flushes may go through more than one lane ([`lanes`](crate::engine::policy::lanes)): a
     /// counter's do; a family's partitions keep one loop each, since a lane's flush could
     /// carry a key that another lane evicts meanwhile.
     pub(crate) fn lanes_allowed(&self) -> bool {

@@ -6,21 +6,22 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use crate::batch::Batch;
 use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
-use crate::keys::Layout;
-use crate::lanes::Lanes;
-use crate::parts::Parts;
-use crate::shared::Shared;
-use crate::store::{FlushReply, FlushRequest, Outcome};
+use crate::engine::batch::Batch;
+use crate::engine::parts::Parts;
+use crate::engine::policy::lanes::Lanes;
+use crate::handle::shared::Shared;
+use crate::protocol::keys::Layout;
+use crate::protocol::reply::{FlushReply, Outcome};
+use crate::protocol::request::FlushRequest;
 
 /// Keeps how fresh a partition's totals are. Totals that nothing refreshed for two intervals
 /// become unknown, whatever the background task is busy with: a hanging flush included.
 /// Totals that took a long round trip to arrive keep that much longer (up to three intervals
 /// more), since the next ones will take as long. The lanes of a partition ([`Lanes`]) keep
 /// one time for their totals: a refresh by any lane keeps them fresh.
-pub(crate) struct Watch<'a, T> {
+pub(crate) struct Freshness<'a, T> {
     timer: &'a T,
     shared: &'a Shared,
     partition: u32,
@@ -65,7 +66,7 @@ pub(crate) enum Waited<O> {
     Deadline,
 }
 
-impl<'a, T: Timer> Watch<'a, T> {
+impl<'a, T: Timer> Freshness<'a, T> {
     /// Watches the totals of `partition`, whose lanes are `lanes`.
     pub(crate) fn new<S>(parts: &'a Parts<S, T>, partition: u32, lanes: &'a Lanes) -> Self {
         Self {

@@ -4,11 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::builder::Builder;
 use crate::error::AmountError;
-use crate::shared::Lifetime;
-use crate::slot::Slot;
-use crate::tally::Refusal;
+use crate::handle::shared::Lifetime;
+use crate::handle::slot::Slot;
+use crate::handle::tally::Refusal;
 
 /// A participant's handle on a distributed counter.
 ///
@@ -37,13 +36,6 @@ pub struct Counter {
 }
 
 impl Counter {
-    /// Starts building a counter named `name` whose total runs over intervals of `interval`.
-    ///
-    /// Participants whose counters share a name (and a prefix, and a store) share a total.
-    pub fn builder(name: impl Into<String>, interval: Duration) -> Builder {
-        Builder::new(name.into(), interval)
-    }
-
     pub(crate) fn new(slot: Arc<Slot>, life: Arc<Lifetime>) -> Self {
         Self { slot, life }
     }
@@ -102,7 +94,7 @@ impl Counter {
     }
 
     /// How long ago a reply last brought the group's total, on the counter's timer (the one
-    /// given to [`build`](crate::builder::Builder::build)); `None` before the first.
+    /// given to [`build`](crate::handle::builder::Builder::build)); `None` before the first.
     ///
     /// It keeps growing while the total is unknown, stale or after
     /// [`close`](Counter::close): it tells how old the last known total is. A healthy counter's

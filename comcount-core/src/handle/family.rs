@@ -4,12 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::builder::{Builder, ForFamily};
-use crate::counter::held_increment;
 use crate::error::{AmountError, KeyError};
-use crate::shared::Lifetime;
-use crate::slot::Slot;
-use crate::tally::Refusal;
+use crate::handle::counter::held_increment;
+use crate::handle::shared::Lifetime;
+use crate::handle::slot::Slot;
+use crate::handle::tally::Refusal;
 
 /// A participant's handle on a family of distributed counters: one name and one interval, and
 /// any number of keys (tenants, API keys, routes), each with its own group total.
@@ -18,7 +17,7 @@ use crate::tally::Refusal;
 /// [`Counter`](crate::Counter) returns: the larger of the key's group total over the last
 /// closed interval and this participant's unsent amount for it. A key comes into being on
 /// its first increment (or [`counter`](Family::counter)), and is evicted after a while without use (see
-/// [`Builder::evict_after`](crate::builder::Builder::evict_after)). The family's [`Worker`](crate::Worker)
+/// [`Builder::evict_after`](crate::handle::builder::Builder::evict_after)). The family's [`Worker`](crate::Worker)
 /// sends all its keys in one flush per partition and interval, instead of one per key. It
 /// starts on the family's first increment, of any key (`increment(key, 0)` is enough): a
 /// participant that only takes handles and reads totals sends nothing, and learns none.
@@ -47,14 +46,6 @@ pub struct Family {
 }
 
 impl Family {
-    /// Starts building a family named `name` whose totals run over intervals of `interval`.
-    ///
-    /// Participants whose families share a name (and a prefix, a store and a number of
-    /// partitions) share a total for each key.
-    pub fn builder(name: impl Into<String>, interval: Duration) -> Builder<ForFamily> {
-        Builder::family(name.into(), interval)
-    }
-
     pub(crate) fn new(life: Arc<Lifetime>) -> Self {
         Self { life }
     }
@@ -63,7 +54,7 @@ impl Family {
     /// it now. An existing key is found without a lock or an allocation; a new one is added.
     ///
     /// A key that cannot be counted (empty, longer than
-    /// [`FlushRequest::MAX_KEY_LEN`](crate::FlushRequest::MAX_KEY_LEN) bytes, or new once the family holds its [`max_keys`](crate::builder::Builder::max_keys))
+    /// [`FlushRequest::MAX_KEY_LEN`](crate::FlushRequest::MAX_KEY_LEN) bytes, or new once the family holds its [`max_keys`](crate::handle::builder::Builder::max_keys))
     /// is counted nowhere: the call returns `amount`, its own count, which claims nothing of
     /// the group, and the family reports the refused calls as `key refused`, at most once an
     /// interval. So a key that comes from a client (an IP, an API key) can never make it
@@ -127,7 +118,7 @@ impl Family {
     /// The slow path: the key is new, or was evicted just now.
     #[cold]
     fn add_key_and_increment(&self, key: &str, amount: u64) -> Result<u64, KeyError> {
-        if amount > crate::tally::MAX {
+        if amount > crate::handle::tally::MAX {
             return Err(AmountError::TooLarge { amount }.into());
         }
         let shared = &self.life.0;

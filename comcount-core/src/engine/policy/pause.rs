@@ -3,13 +3,13 @@
 //! A participant whose round trip keeps it from adding to every interval skips one more, half
 //! the time: participants that started together would otherwise all add to the same intervals,
 //! leave the others without a key, and never learn a total. A partition's lanes take the
-//! intervals in turn ([`lanes`](crate::lanes)).
+//! intervals in turn ([`lanes`](crate::engine::policy::lanes)).
 
 use std::time::Duration;
 
-use crate::aim::Aim;
-use crate::lanes;
-use crate::timing::Timing;
+use crate::engine::policy::aim::Aim;
+use crate::engine::policy::lanes;
+use crate::handle::timing::Timing;
 
 /// What became of one flush.
 #[derive(Clone, Copy, Debug)]

@@ -12,9 +12,9 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::KeyError;
-use crate::keys::partition_of;
-use crate::slot::Slot;
-use crate::store::FlushRequest;
+use crate::handle::slot::Slot;
+use crate::protocol::keys::partition_of;
+use crate::protocol::request::FlushRequest;
 
 /// How many references to a slot the registry holds: the map's and the member list's. A slot
 /// with more is held by a handle.

@@ -3,7 +3,7 @@
 //! A store far away answers as late whatever is asked of it, while a queue behind other
 //! counters fills and drains, and answers later the more is asked. The least round trip seen
 //! lately is the path's and the store's own time; how far the others spread above it tells the
-//! two apart. Lanes ([`lanes`](crate::lanes)) open only on a path that is long and steady: on a
+//! two apart. Lanes ([`lanes`](crate::engine::policy::lanes)) open only on a path that is long and steady: on a
 //! queue, more flushes in the air would only lengthen it.
 //!
 //! A store that became farther away for good (a failover to a distant replica) would look like

@@ -1,5 +1,5 @@
 //! The copies of one flush in the air, each awaited until it answers. What their answers mean
-//! for the flush is [`Settling`](crate::settling::Settling)'s to decide.
+//! for the flush is [`Settling`](crate::engine::policy::settling::Settling)'s to decide.
 //!
 //! A copy is never given up on while the flush is open: a reply that comes after the timeout
 //! still settles the flush, so a store slower than the timeout costs extra copies, not the
@@ -16,7 +16,9 @@ use futures::task::noop_waker_ref;
 
 use crate::diagnostics::Reporter;
 use crate::error::StoreError;
-use crate::store::{FlushReply, FlushRequest, Store};
+use crate::protocol::reply::FlushReply;
+use crate::protocol::request::FlushRequest;
+use crate::protocol::store::Store;
 
 /// One copy's answer.
 pub(crate) struct Answer {
@@ -32,7 +34,7 @@ type Copy = Pin<Box<dyn Future<Output = Answer> + Send>>;
 #[derive(Default)]
 pub(crate) struct Flight {
     /// Each copy still awaited, with when it was sent. At most
-    /// [`MAX_COPIES`](crate::settling::MAX_COPIES), so they are polled in turn on every wake of
+    /// [`MAX_COPIES`](crate::engine::policy::settling::MAX_COPIES), so they are polled in turn on every wake of
     /// the loop: cheaper than a set that tracks which one woke.
     awaited: Vec<(Duration, Copy)>,
 }

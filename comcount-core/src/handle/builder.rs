@@ -10,20 +10,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock, Timer};
-use crate::counter::Counter;
 use crate::diagnostics::{Diagnostics, LogDiagnostics, Reporter};
+use crate::engine::parts::Parts;
+use crate::engine::slow_alarm::SharedAlarm;
+use crate::engine::worker::Worker;
 use crate::error::ConfigError;
-use crate::family::Family;
-use crate::parts::Parts;
-use crate::registry::Registry;
-use crate::sequence;
-use crate::settings::{self, FamilyChoice, PolicyChoice, Settings};
-use crate::shared::{Lifetime, Shared};
-use crate::slot::Slot;
-use crate::slow_alarm::SharedAlarm;
-use crate::store::{ParticipantId, Store};
-use crate::timing::Timing;
-use crate::worker::Worker;
+use crate::handle::counter::Counter;
+use crate::handle::family::Family;
+use crate::handle::registry::Registry;
+use crate::handle::sequence;
+use crate::handle::settings::{self, FamilyChoice, PolicyChoice, Settings};
+use crate::handle::shared::{Lifetime, Shared};
+use crate::handle::slot::Slot;
+use crate::handle::timing::Timing;
+use crate::protocol::participant::ParticipantId;
+use crate::protocol::store::Store;
 
 /// The settings of a counter, from [`Counter::builder`], or of a family, from
 /// [`Family::builder`]: the same settings, and a family's own on top.
@@ -56,6 +57,25 @@ pub struct ForCounter(());
 /// Marks a [`Builder`] that builds a [`Family`], and holds the family's own settings.
 #[derive(Clone, Copy, Debug)]
 pub struct ForFamily(FamilyChoice);
+
+impl Counter {
+    /// Starts building a counter named `name` whose total runs over intervals of `interval`.
+    ///
+    /// Participants whose counters share a name (and a prefix, and a store) share a total.
+    pub fn builder(name: impl Into<String>, interval: Duration) -> Builder {
+        Builder::new(name.into(), interval)
+    }
+}
+
+impl Family {
+    /// Starts building a family named `name` whose totals run over intervals of `interval`.
+    ///
+    /// Participants whose families share a name (and a prefix, a store and a number of
+    /// partitions) share a total for each key.
+    pub fn builder(name: impl Into<String>, interval: Duration) -> Builder<ForFamily> {
+        Builder::family(name.into(), interval)
+    }
+}
 
 impl Builder {
     pub(crate) fn new(name: String, interval: Duration) -> Self {

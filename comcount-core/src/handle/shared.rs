@@ -12,9 +12,9 @@ use futures::task::AtomicWaker;
 use crate::clock::Clock;
 use crate::diagnostics::{Event, Reporter};
 use crate::error::KeyError;
-use crate::registry::Registry;
-use crate::slot::Slot;
-use crate::tally::Refusal;
+use crate::handle::registry::Registry;
+use crate::handle::slot::Slot;
+use crate::handle::tally::Refusal;
 
 #[derive(Debug)]
 pub(crate) struct Shared {

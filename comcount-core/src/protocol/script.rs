@@ -21,10 +21,11 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::error::StoreError;
-use crate::keys::Layout;
-use crate::store::{Fence, FlushReply, FlushRequest, Outcome};
+use crate::protocol::keys::Layout;
+use crate::protocol::reply::{Fence, FlushReply, Outcome};
+use crate::protocol::request::FlushRequest;
 
-pub use crate::script_loader::ScriptLoader;
+pub use crate::protocol::script_loader::ScriptLoader;
 
 /// The Lua source of the flush script.
 pub const SOURCE: &str = include_str!("flush.lua");
@@ -326,9 +327,9 @@ fn malformed(what: String) -> StoreError {
 mod tests {
     use super::*;
     use crate::ParticipantId;
-    use crate::keys::KeySpace;
-    use crate::store::Entry;
-    use crate::tally::MAX;
+    use crate::handle::tally::MAX;
+    use crate::protocol::keys::KeySpace;
+    use crate::protocol::request::Entry;
 
     fn counter() -> FlushRequest {
         FlushRequest::new(KeySpace::counter("", "c"), ParticipantId::from_u64(1), 4).with_amount(3)

@@ -1,4 +1,4 @@
-//! The flush loop of one lane ([`lanes`](crate::lanes)): it takes the buffers as a flush, sends
+//! The flush loop of one lane ([`lanes`](crate::engine::policy::lanes)): it takes the buffers as a flush, sends
 //! its copies and awaits their answers as [`Settling`] decides, learns the group's totals from
 //! the replies, and pauses before the next flush as [`Pause`] decides.
 
@@ -7,21 +7,22 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use crate::aim::Aim;
-use crate::batch::{Ages, Batch};
 use crate::clock::Timer;
 use crate::diagnostics::Event;
-use crate::doubt::{Held, InDoubt};
+use crate::engine::batch::{Ages, Batch};
+use crate::engine::doubt::{Held, InDoubt};
+use crate::engine::flight::{Answer, Flight};
+use crate::engine::freshness::{Freshness, Waited, stale_after};
+use crate::engine::parts::Parts;
+use crate::engine::policy::aim::Aim;
+use crate::engine::policy::lanes::{Lanes, Opener, Start};
+use crate::engine::policy::pause::{Pause, Settled};
+use crate::engine::policy::round_trip::RoundTrip;
+use crate::engine::policy::settling::{Limits, Settling, Step};
+use crate::engine::policy::steadiness::Steadiness;
 use crate::error::Abandoned;
-use crate::flight::{Answer, Flight};
-use crate::lanes::{Lanes, Opener, Start};
-use crate::parts::Parts;
-use crate::pause::{Pause, Settled};
-use crate::round_trip::RoundTrip;
-use crate::settling::{Limits, Settling, Step};
-use crate::steadiness::Steadiness;
-use crate::store::{FlushRequest, Store};
-use crate::watch::{Waited, Watch, stale_after};
+use crate::protocol::request::FlushRequest;
+use crate::protocol::store::Store;
 
 pub(crate) struct Flusher<'a, S, T> {
     parts: &'a Parts<Arc<S>, T>,
@@ -33,7 +34,7 @@ pub(crate) struct Flusher<'a, S, T> {
     lanes: &'a Lanes,
     /// How many lanes to flush through, as the first lane decides.
     opener: Opener,
-    watch: Watch<'a, T>,
+    freshness: Freshness<'a, T>,
     aim: Aim,
     settling: Settling,
     pause: Pause,
@@ -110,7 +111,7 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
                 .with_seq(lanes.resume_seq(parts.first_seq))
                 .with_fence_ttl_ms(settings.fence_ttl_ms);
         Self {
-            watch: Watch::new(parts, partition, lanes),
+            freshness: Freshness::new(parts, partition, lanes),
             batch: Batch::new(Arc::clone(&parts.shared), partition),
             flight: Flight::default(),
             aim,
@@ -131,7 +132,7 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
     /// Waits for the first increment, then flushes, pauses and flushes again until stopped.
     pub(crate) async fn run(&mut self) -> Option<()> {
         let parts = self.parts;
-        self.watch
+        self.freshness
             .until(parts.shared.started(self.partition), None)
             .await?;
         loop {
@@ -159,7 +160,9 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
             let lanes = (self.lane, self.lanes.wanted());
             let last_added = self.settling.last_added();
             let pause = self.pause.after(settled, now, &self.aim, last_added, lanes);
-            self.watch.until(pending::<()>(), Some(now + pause)).await?;
+            self.freshness
+                .until(pending::<()>(), Some(now + pause))
+                .await?;
         }
     }
 
@@ -232,7 +235,7 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
         let next_look = waiting_since.and_then(|sent| parts.alarm.next_check(sent));
         let wake_at = next_look.map_or(until, |look| look.min(until));
         let answer = self.flight.next_answer(|| parts.shared.is_closed());
-        match self.watch.until(answer, Some(wake_at)).await {
+        match self.freshness.until(answer, Some(wake_at)).await {
             None => {
                 self.abandon(Abandoned::ClosedInFlight);
                 return None;
@@ -270,7 +273,7 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
             .alarm
             .answered(self.partition, sent, now, &parts.report);
         let (request, batch) = (&self.request, &self.batch);
-        self.watch
+        self.freshness
             .learn(&reply, request, self.lane, round_trip, batch);
         self.doubt.hear(&reply, now, &parts.report);
         self.settling.replied(&reply, sent, now, &self.aim);

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use crate::diagnostics::Reporter;
-use crate::settings::Settings;
-use crate::shared::Shared;
-use crate::slow_alarm::SharedAlarm;
-use crate::store::ParticipantId;
+use crate::engine::slow_alarm::SharedAlarm;
+use crate::handle::settings::Settings;
+use crate::handle::shared::Shared;
+use crate::protocol::participant::ParticipantId;
 
 /// Everything the flush loops of a counter or a family share, for as long as its worker runs.
 pub(crate) struct Parts<S, T> {

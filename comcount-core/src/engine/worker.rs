@@ -12,11 +12,11 @@ use futures::stream::FuturesUnordered;
 
 use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
-use crate::flusher::Flusher;
-use crate::lanes::Lanes;
-use crate::parts::Parts;
-use crate::shared::Shared;
-use crate::store::Store;
+use crate::engine::flusher::Flusher;
+use crate::engine::parts::Parts;
+use crate::engine::policy::lanes::Lanes;
+use crate::handle::shared::Shared;
+use crate::protocol::store::Store;
 
 /// The background task of a [`Counter`](crate::Counter) or a [`Family`](crate::Family): a
 /// future to spawn on any executor.
@@ -170,7 +170,7 @@ async fn run<S: Store, T: Timer>(parts: Parts<S, T>) {
 }
 
 /// The flush loops of one partition: its first lane, and the others it opens while the store
-/// is farther away than an interval ([`lanes`](crate::lanes)). Every lane is polled on any of
+/// is farther away than an interval ([`lanes`](crate::engine::policy::lanes)). Every lane is polled on any of
 /// their wakes: they share the partition's waker, which a close wakes.
 async fn flush_partition<S: Store, T: Timer>(parts: &Parts<Arc<S>, T>, partition: u32) {
     let lanes = Lanes::default();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::store::FlushRequest;
+use crate::protocol::request::FlushRequest;
 
 /// The largest sequence number the flush script takes: integers are exact in Lua below 2^53.
 pub(crate) const MAX: u64 = FlushRequest::MAX_SEQ;
@@ -65,7 +65,7 @@ mod tests {
     #[test]
     fn the_largest_number_is_the_scripts() {
         assert_eq!(MAX, 9_007_199_254_740_991);
-        let source = crate::script::SOURCE;
+        let source = crate::protocol::script::SOURCE;
         assert!(source.contains(&format!("seq <= {MAX}")));
         assert!(source.contains(&format!("out_of_range(1, 'sequence number', '1', '{MAX}')")));
     }

@@ -18,11 +18,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::batch;
 use crate::diagnostics::{Event, Reporter};
+use crate::engine::batch;
 use crate::error::StoreError;
-use crate::slot::Slot;
-use crate::store::{Fence, FlushReply, FlushRequest, Outcome};
+use crate::handle::slot::Slot;
+use crate::protocol::reply::{Fence, FlushReply, Outcome};
+use crate::protocol::request::FlushRequest;
 
 /// What a later reply tells of a flush in doubt.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

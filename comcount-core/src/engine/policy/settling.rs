@@ -27,14 +27,15 @@
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use crate::aim::Aim;
 use crate::diagnostics::{Event, Reporter, ResendReason};
+use crate::engine::policy::aim::Aim;
+use crate::engine::policy::backoff::Backoff;
+use crate::engine::policy::round_trip::RoundTrip;
 use crate::error::{
     Abandoned, NeverLanded, NoReply, NumberTaken, StaleFlush, StoreError, StoreErrorKind,
 };
-use crate::round_trip::RoundTrip;
-use crate::settings::Settings;
-use crate::store::{FlushReply, Outcome};
+use crate::handle::settings::Settings;
+use crate::protocol::reply::{FlushReply, Outcome};
 
 /// How many wrong-interval replies in a row a flush may get before it waits for the next
 /// interval; each costs a round trip, so a run of them is short and never a busy loop.
@@ -59,7 +60,7 @@ pub(crate) enum Step {
     /// unsettled (whether they were counted is unknown).
     GiveUp { error: StoreError, dropped: bool },
     /// No more copies, none refused, and whether one was counted is unknown: a later applied
-    /// flush of this participant may tell ([`doubt`](crate::doubt)).
+    /// flush of this participant may tell ([`doubt`](crate::engine::doubt)).
     InDoubt(StoreError),
 }
 
@@ -530,36 +531,6 @@ impl Settling {
             (Some(_), None) => false,
         };
         self.all_answered_unapplied() && out_of_reach
-    }
-}
-
-/// Pauses between copies of a flush that failed at once: from a fiftieth of the interval,
-/// doubling up to half an interval.
-#[derive(Debug)]
-struct Backoff {
-    first: Duration,
-    cap: Duration,
-    next: Duration,
-}
-
-impl Backoff {
-    fn new(interval: Duration) -> Self {
-        let first = (interval / 50).max(Duration::from_millis(1));
-        Self {
-            first,
-            cap: (interval / 2).max(first),
-            next: first,
-        }
-    }
-
-    fn next(&mut self) -> Duration {
-        let now = self.next;
-        self.next = (self.next * 2).min(self.cap);
-        now
-    }
-
-    fn reset(&mut self) {
-        self.next = self.first;
     }
 }
 

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::{FlushReply, FlushRequest};
+use crate::protocol::reply::FlushReply;
+use crate::protocol::request::FlushRequest;
 
 /// How many recent round trips the aim takes the middle of.
 const RECENT: usize = 4;
@@ -197,7 +198,7 @@ impl Aim {
 
     /// The round trip planned with, while it is between one interval and two and steady: the
     /// last few within a quarter interval of each other. A round trip that varies more is a
-    /// queue's ([`Steadiness`](crate::steadiness::Steadiness)), and a pair
+    /// queue's ([`Steadiness`](crate::engine::policy::steadiness::Steadiness)), and a pair
     /// aimed by it would not land.
     fn pairing_round_trip(&self) -> Option<Duration> {
         let interval = Duration::from_millis(self.interval_ms);
@@ -232,7 +233,7 @@ impl Aim {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Outcome;
+    use crate::protocol::reply::Outcome;
 
     fn reply(interval: u64, phase_ms: u64) -> FlushReply {
         FlushReply::new(

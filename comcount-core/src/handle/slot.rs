@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use crate::tally::{self, Buffer, GroupTotal, Refusal};
+use crate::handle::tally::{self, Buffer, GroupTotal, Refusal};
 
 /// The numbers of one key: a counter's only key, or one key of a family.
 ///

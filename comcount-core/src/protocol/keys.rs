@@ -12,7 +12,7 @@
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
-use crate::store::ParticipantId;
+use crate::protocol::participant::ParticipantId;
 
 /// How a key space holds its totals.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]

@@ -18,10 +18,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use crate::aim::Aim;
 use crate::diagnostics::{Event, Reporter};
-use crate::round_trip::RoundTrip;
-use crate::steadiness::Steadiness;
+use crate::engine::policy::aim::Aim;
+use crate::engine::policy::round_trip::RoundTrip;
+use crate::engine::policy::steadiness::Steadiness;
 
 /// The most lanes a partition flushes through: enough for a round trip of three and a half
 /// intervals.
@@ -359,7 +359,7 @@ mod tests {
 
     #[test]
     fn every_lane_after_the_first_has_an_id_of_its_own() {
-        use crate::store::ParticipantId;
+        use crate::protocol::participant::ParticipantId;
         let id = ParticipantId::from_u64(7);
         let ids: Vec<ParticipantId> = (0..MAX_LANES).map(|lane| id.lane(lane)).collect();
         for (i, a) in ids.iter().enumerate() {

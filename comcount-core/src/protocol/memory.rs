@@ -9,9 +9,11 @@ use std::time::Duration;
 use crate::clock::{Clock, SystemClock};
 use crate::diagnostics::Reporter;
 use crate::error::StoreError;
-use crate::keys::Layout;
-use crate::store::{Fence, FlushReply, FlushRequest, Outcome, Store};
-use crate::tally::MAX;
+use crate::handle::tally::MAX;
+use crate::protocol::keys::Layout;
+use crate::protocol::reply::{Fence, FlushReply, Outcome};
+use crate::protocol::request::FlushRequest;
+use crate::protocol::store::Store;
 
 /// How many flushes between two sweeps of expired keys.
 const SWEEP_EVERY: u32 = 256;
@@ -305,8 +307,8 @@ mod tests {
     use super::*;
     use crate::StoreErrorKind;
     use crate::clock::VirtualClock;
-    use crate::keys::KeySpace;
-    use crate::store::ParticipantId;
+    use crate::protocol::keys::KeySpace;
+    use crate::protocol::participant::ParticipantId;
 
     const INTERVAL_MS: u64 = 1_000;
 
