@@ -12,7 +12,7 @@ use crate::diagnostics::Event;
 use crate::engine::batch::{Ages, Batch};
 use crate::engine::doubt::{Held, InDoubt};
 use crate::engine::flight::{Answer, Flight};
-use crate::engine::freshness::{Freshness, Waited, stale_after};
+use crate::engine::freshness::{Freshness, TotalsClock, Waited, stale_after};
 use crate::engine::parts::Parts;
 use crate::engine::policy::aim::Aim;
 use crate::engine::policy::lanes::{Lanes, Opener, Start};
@@ -89,19 +89,21 @@ impl<S, T> Drop for Flusher<'_, S, T> {
 }
 
 impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
-    /// The flush loop of lane `lane` of `partition` (0 and 0 for a counter's first).
+    /// The flush loop of lane `lane` of `partition` (0 and 0 for a counter's first), whose
+    /// lanes share `lanes` and `totals`.
     pub(crate) fn new(
         parts: &'a Parts<Arc<S>, T>,
         partition: u32,
         lane: u32,
         lanes: &'a Lanes,
+        totals: &'a TotalsClock,
     ) -> Self {
         let settings = &parts.settings;
         let participant = parts.participant.lane(lane);
         let (aim, round_trip) = match lanes.start().filter(|_| lane > 0) {
             Some(Start { aim, round_trip }) => (aim, round_trip),
             None => (
-                Aim::spread(settings.interval_ms, partition, settings.partitions()),
+                Aim::for_partition(settings.interval_ms, partition, settings.partitions()),
                 RoundTrip::new(settings.policy.flush_timeout),
             ),
         };
@@ -111,7 +113,7 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
                 .with_seq(lanes.resume_seq(parts.first_seq))
                 .with_fence_ttl_ms(settings.fence_ttl_ms);
         Self {
-            freshness: Freshness::new(parts, partition, lanes),
+            freshness: Freshness::new(parts, partition, totals),
             batch: Batch::new(Arc::clone(&parts.shared), partition),
             flight: Flight::default(),
             aim,

@@ -3,6 +3,7 @@
 
 use std::future::{Future, poll_fn};
 use std::pin::pin;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
 use crate::engine::batch::Batch;
 use crate::engine::parts::Parts;
-use crate::engine::policy::lanes::Lanes;
+use crate::engine::policy::lanes::MAX_LANES;
 use crate::handle::shared::Shared;
 use crate::protocol::keys::Layout;
 use crate::protocol::reply::{FlushReply, Outcome};
@@ -19,7 +20,7 @@ use crate::protocol::request::FlushRequest;
 /// Keeps how fresh a partition's totals are. Totals that nothing refreshed for two intervals
 /// become unknown, whatever the background task is busy with: a hanging flush included.
 /// Totals that took a long round trip to arrive keep that much longer (up to three intervals
-/// more), since the next ones will take as long. The lanes of a partition ([`Lanes`]) keep
+/// more), since the next ones will take as long. The lanes of a partition ([`TotalsClock`]) keep
 /// one time for their totals: a refresh by any lane keeps them fresh.
 pub(crate) struct Freshness<'a, T> {
     timer: &'a T,
@@ -28,10 +29,112 @@ pub(crate) struct Freshness<'a, T> {
     report: &'a Reporter,
     interval: Duration,
     /// When the partition's totals go stale, shared by its lanes.
-    lanes: &'a Lanes,
+    totals: &'a TotalsClock,
     /// A counter's total of the interval its last flush was counted in, waiting for that
     /// interval to end.
     landed: Option<Landed>,
+}
+
+/// When a partition's totals came and when they go stale, as all its lanes
+/// ([`lanes`](crate::engine::policy::lanes)) see them: a refresh by any lane keeps them fresh,
+/// and a lane's reply that comes after a later one of another lane's is not taken.
+#[derive(Debug)]
+pub(crate) struct TotalsClock {
+    /// The store's interval of the newest reply whose totals were taken.
+    totals_from: AtomicU64,
+    /// The lane that reply answered.
+    totals_lane: AtomicU32,
+    /// When the partition's totals go stale, in nanoseconds of the worker's timer
+    /// ([`NONE`]: no total is known).
+    stale_at: AtomicU64,
+    /// When a reply last brought a known total.
+    refreshed_at: AtomicU64,
+    /// When the totals went stale, until a reply brings one again ([`NONE`]: they did not).
+    went_stale_at: AtomicU64,
+}
+
+/// An instant that is not set.
+const NONE: u64 = u64::MAX;
+
+impl Default for TotalsClock {
+    fn default() -> Self {
+        Self {
+            totals_from: AtomicU64::new(0),
+            totals_lane: AtomicU32::new(0),
+            stale_at: AtomicU64::new(NONE),
+            refreshed_at: AtomicU64::new(0),
+            went_stale_at: AtomicU64::new(NONE),
+        }
+    }
+}
+
+impl TotalsClock {
+    /// Claims the totals of a reply to lane `lane` from the store's interval `interval` as
+    /// the newest, and returns whether they are: a lane's reply that comes after a later one of another lane's brings older
+    /// totals, which are not taken. A lane's own replies are taken as they come, and so is one
+    /// from much further back: the store's clock gone back (a failover to a server whose clock
+    /// is behind, say), which the later ones follow from.
+    pub(crate) fn claim_reply(&self, interval: u64, lane: u32) -> bool {
+        let newest = self.totals_from.load(Relaxed);
+        let other_lane = self.totals_lane.load(Relaxed) != lane;
+        if other_lane && interval < newest && newest - interval <= u64::from(MAX_LANES) {
+            return false;
+        }
+        self.totals_from.store(interval, Relaxed);
+        self.totals_lane.store(lane, Relaxed);
+        true
+    }
+
+    /// Claims a counter's total of `interval`, taken just after a flush counted there, as the
+    /// newest now that the interval has ended, and returns whether it is: no reply from a
+    /// later interval brought totals since. If so, the totals are from the interval after it from now on, so that a
+    /// later reply of another lane from `interval` or before is not taken over it.
+    pub(crate) fn claim_landed(&self, interval: u64) -> bool {
+        if self.totals_from.load(Relaxed) > interval {
+            return false;
+        }
+        self.totals_from.store(interval.saturating_add(1), Relaxed);
+        true
+    }
+
+    /// When the partition's totals go stale, while one is known.
+    pub(crate) fn stale_at(&self) -> Option<Duration> {
+        instant(self.stale_at.load(Relaxed))
+    }
+
+    /// Notes a refresh at `now` that keeps the totals fresh until `fresh_until`; returns when
+    /// the totals went stale before it, if they did.
+    pub(crate) fn refreshed(&self, now: Duration, fresh_until: Duration) -> Option<Duration> {
+        self.refreshed_at.store(nanos(now), Relaxed);
+        self.stale_at.store(nanos(fresh_until), Relaxed);
+        instant(self.went_stale_at.swap(NONE, Relaxed))
+    }
+
+    /// Takes the time the totals go stale, if it is set and not after `at`: whoever takes it
+    /// makes them stale.
+    pub(crate) fn take_stale_at(&self, at: Duration) -> bool {
+        let stale_at = self.stale_at.load(Relaxed);
+        stale_at != NONE
+            && stale_at <= nanos(at)
+            && self
+                .stale_at
+                .compare_exchange(stale_at, NONE, Relaxed, Relaxed)
+                .is_ok()
+    }
+
+    /// Notes that the totals went stale at `now`; returns when they were last refreshed.
+    pub(crate) fn went_stale(&self, now: Duration) -> Duration {
+        self.went_stale_at.store(nanos(now), Relaxed);
+        Duration::from_nanos(self.refreshed_at.load(Relaxed))
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(NONE - 1)
+}
+
+fn instant(nanos: u64) -> Option<Duration> {
+    (nanos != NONE).then(|| Duration::from_nanos(nanos))
 }
 
 /// A counter's total of the interval a flush was counted in, taken just after the flush: a
@@ -67,15 +170,15 @@ pub(crate) enum Waited<O> {
 }
 
 impl<'a, T: Timer> Freshness<'a, T> {
-    /// Watches the totals of `partition`, whose lanes are `lanes`.
-    pub(crate) fn new<S>(parts: &'a Parts<S, T>, partition: u32, lanes: &'a Lanes) -> Self {
+    /// Watches the totals of `partition`, whose lanes keep their time in `totals`.
+    pub(crate) fn new<S>(parts: &'a Parts<S, T>, partition: u32, totals: &'a TotalsClock) -> Self {
         Self {
             timer: &parts.timer,
             shared: &parts.shared,
             partition,
             report: &parts.report,
             interval: parts.settings.interval,
-            lanes,
+            totals,
             landed: None,
         }
     }
@@ -92,8 +195,7 @@ impl<'a, T: Timer> Freshness<'a, T> {
         round_trip: Duration,
         batch: &Batch,
     ) {
-        if reply.outcome == Outcome::WrongInterval
-            || !self.lanes.newest_totals(reply.interval, lane)
+        if reply.outcome == Outcome::WrongInterval || !self.totals.claim_reply(reply.interval, lane)
         {
             return;
         }
@@ -134,7 +236,7 @@ impl<'a, T: Timer> Freshness<'a, T> {
         };
         self.landed = None;
         let fresh_until = landed.at + stale_after(self.interval, landed.round_trip);
-        if fresh_until <= now || !self.lanes.ended(landed.interval) {
+        if fresh_until <= now || !self.totals.claim_landed(landed.interval) {
             return;
         }
         let at_ms = u64::try_from(landed.at.as_millis()).unwrap_or(u64::MAX);
@@ -157,7 +259,7 @@ impl<'a, T: Timer> Freshness<'a, T> {
         if raised != Some(true) {
             return;
         }
-        if let Some(went_stale_at) = self.lanes.refreshed(landed.at, fresh_until) {
+        if let Some(went_stale_at) = self.totals.refreshed(landed.at, fresh_until) {
             self.report.emit(Event::TotalFreshAgain {
                 stale_for: now.saturating_sub(went_stale_at),
             });
@@ -176,7 +278,7 @@ impl<'a, T: Timer> Freshness<'a, T> {
         }
         let now = self.timer.now();
         let fresh_until = now + stale_after(self.interval, round_trip);
-        if let Some(went_stale_at) = self.lanes.refreshed(now, fresh_until) {
+        if let Some(went_stale_at) = self.totals.refreshed(now, fresh_until) {
             self.report.emit(Event::TotalFreshAgain {
                 stale_for: now.saturating_sub(went_stale_at),
             });
@@ -197,7 +299,7 @@ impl<'a, T: Timer> Freshness<'a, T> {
             self.take_landed(now);
             let wake_at = deadline
                 .into_iter()
-                .chain(self.lanes.stale_at())
+                .chain(self.totals.stale_at())
                 .chain(self.landed.map(|l| l.ends_at))
                 .min();
             let mut alarm = pin!(wake_at.map(|at| self.timer.sleep(at.saturating_sub(now))));
@@ -226,7 +328,7 @@ impl<'a, T: Timer> Freshness<'a, T> {
                     // Now, not the time the alarm was set for: a worker that ran late must
                     // not take a total that went stale while it waited.
                     self.take_landed(self.timer.now());
-                    if self.lanes.take_stale_at(at) {
+                    if self.totals.take_stale_at(at) {
                         self.go_stale();
                     }
                     if deadline.is_some_and(|deadline| deadline <= at) {
@@ -258,7 +360,7 @@ impl<'a, T: Timer> Freshness<'a, T> {
             return;
         }
         let now = self.timer.now();
-        let refreshed_at = self.lanes.went_stale(now);
+        let refreshed_at = self.totals.went_stale(now);
         self.report.emit(Event::TotalWentStale {
             after: now.saturating_sub(refreshed_at),
         });
@@ -283,4 +385,47 @@ fn landed_total(reply: &FlushReply, request: &FlushRequest) -> u64 {
 /// the round trip up to three intervals.
 pub(crate) fn stale_after(interval: Duration, round_trip: Duration) -> Duration {
     interval * 2 + round_trip.min(interval * 3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_later_reply_of_another_lane_keeps_its_newer_totals() {
+        let totals = TotalsClock::default();
+        assert!(totals.claim_reply(10, 0));
+        assert!(totals.claim_reply(11, 1));
+        // Lane 0's reply from interval 10 comes after lane 1's from 11: older totals.
+        assert!(!totals.claim_reply(10, 0));
+        assert!(totals.claim_reply(12, 0));
+        // A lane's own replies are taken as they come.
+        assert!(totals.claim_reply(11, 0));
+        // A clock gone back far: taken, and the later ones follow from it.
+        assert!(totals.claim_reply(3, 1));
+        assert!(totals.claim_reply(4, 0));
+    }
+
+    #[test]
+    fn a_refresh_by_any_lane_keeps_the_totals_fresh_and_reports_the_end_of_a_stale_spell() {
+        let totals = TotalsClock::default();
+        assert_eq!(totals.stale_at(), None);
+        assert_eq!(totals.refreshed(ms(100), ms(400)), None);
+        assert!(!totals.take_stale_at(ms(399)));
+        // Another lane's refresh moves it on.
+        assert_eq!(totals.refreshed(ms(200), ms(500)), None);
+        assert!(!totals.take_stale_at(ms(450)));
+        assert!(totals.take_stale_at(ms(500)));
+        assert!(
+            !totals.take_stale_at(ms(500)),
+            "the totals went stale twice"
+        );
+        assert_eq!(totals.went_stale(ms(500)), ms(200));
+        assert_eq!(totals.refreshed(ms(700), ms(1000)), Some(ms(500)));
+        assert_eq!(totals.refreshed(ms(800), ms(1100)), None);
+    }
 }

@@ -13,6 +13,7 @@ use futures::stream::FuturesUnordered;
 use crate::clock::Timer;
 use crate::diagnostics::{Event, Reporter};
 use crate::engine::flusher::Flusher;
+use crate::engine::freshness::TotalsClock;
 use crate::engine::parts::Parts;
 use crate::engine::policy::lanes::Lanes;
 use crate::handle::shared::Shared;
@@ -173,10 +174,10 @@ async fn run<S: Store, T: Timer>(parts: Parts<S, T>) {
 /// is farther away than an interval ([`lanes`](crate::engine::policy::lanes)). Every lane is polled on any of
 /// their wakes: they share the partition's waker, which a close wakes.
 async fn flush_partition<S: Store, T: Timer>(parts: &Parts<Arc<S>, T>, partition: u32) {
-    let lanes = Lanes::default();
-    let mut first = Flusher::new(parts, partition, 0, &lanes);
+    let (lanes, totals) = (Lanes::default(), TotalsClock::default());
+    let mut first = Flusher::new(parts, partition, 0, &lanes, &totals);
     if parts.settings.lanes_allowed() {
-        join(first.run(), more_lanes(parts, partition, &lanes)).await;
+        join(first.run(), more_lanes(parts, partition, &lanes, &totals)).await;
     } else {
         first.run().await;
     }
@@ -184,7 +185,12 @@ async fn flush_partition<S: Store, T: Timer>(parts: &Parts<Arc<S>, T>, partition
 
 /// The lanes after the first, each started when the first wants it, each ending when it is
 /// no longer wanted or the counter is closed; completes once closed and every lane has ended.
-async fn more_lanes<S: Store, T: Timer>(parts: &Parts<Arc<S>, T>, partition: u32, lanes: &Lanes) {
+async fn more_lanes<S: Store, T: Timer>(
+    parts: &Parts<Arc<S>, T>,
+    partition: u32,
+    lanes: &Lanes,
+    totals: &TotalsClock,
+) {
     type Lane<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
     let mut running: Vec<(u32, Lane<'_>)> = Vec::new();
     poll_fn(|cx| {
@@ -194,7 +200,7 @@ async fn more_lanes<S: Store, T: Timer>(parts: &Parts<Arc<S>, T>, partition: u32
         if !closed {
             for lane in 1..lanes.wanted() {
                 if running.iter().all(|(open, _)| *open != lane) {
-                    let mut flusher = Flusher::new(parts, partition, lane, lanes);
+                    let mut flusher = Flusher::new(parts, partition, lane, lanes, totals);
                     let run: Lane<'_> = Box::pin(async move {
                         flusher.run().await;
                     });

@@ -17,7 +17,7 @@ const PER_MILLI: u64 = 1000;
 pub(crate) const SPREAD: u64 = PER_MILLI / 2;
 
 /// The number the first flush of a participant started at `wall` (since the Unix epoch)
-/// follows, `spread` (below [`SPREAD`]) into its millisecond. It grows by a thousand a
+/// follows, `jitter` (below [`SPREAD`]) into its millisecond. It grows by a thousand a
 /// millisecond until October 2219, and stops there, 2^50 below [`MAX`], so that a participant
 /// started then still has 2^50 flushes before it reaches the script's largest number (a
 /// restart after that begins at the same number as the one before, and its first flushes are
@@ -28,11 +28,11 @@ pub(crate) const SPREAD: u64 = PER_MILLI / 2;
 /// second's would be answered as the first's duplicates: lost, and reported completed. Drawn
 /// apart, one's flushes come after the other's, and the store answers the older ones `stale`,
 /// which is reported.
-pub(crate) fn first(wall: Duration, spread: u64) -> u64 {
+pub(crate) fn first(wall: Duration, jitter: u64) -> u64 {
     let millis = u64::try_from(wall.as_millis()).unwrap_or(u64::MAX);
     millis
         .saturating_mul(PER_MILLI)
-        .saturating_add(spread % SPREAD)
+        .saturating_add(jitter % SPREAD)
         .min(MAX - (1 << 50))
 }
 

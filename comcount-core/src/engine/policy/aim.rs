@@ -36,13 +36,13 @@ impl Aim {
     /// The aim of a counter: the middle of the interval.
     #[cfg(test)]
     pub(crate) fn new(interval_ms: u64) -> Self {
-        Self::spread(interval_ms, 0, 1)
+        Self::for_partition(interval_ms, 0, 1)
     }
 
     /// The aim of partition `partition` of `partitions`: the partitions of a family aim at
     /// phases spread over the middle half of the interval, so that their flushes reach the
     /// store one after another instead of all at once; one partition alone aims at the middle.
-    pub(crate) fn spread(interval_ms: u64, partition: u32, partitions: u32) -> Self {
+    pub(crate) fn for_partition(interval_ms: u64, partition: u32, partitions: u32) -> Self {
         // A quarter in, plus the partition's share of the middle half, at its own middle:
         // I/4 + I/2 * (p + 1/2) / P, in whole milliseconds.
         // In u128: the longest interval times the most partitions passes u64. The share is
@@ -385,7 +385,7 @@ mod tests {
         let ms = Duration::from_millis;
         // Arriving at `phase` of interval 7, with nothing added to it yet.
         let delay = |partition: u32, phase: u64| {
-            let mut aim = Aim::spread(1000, partition, 4);
+            let mut aim = Aim::for_partition(1000, partition, 4);
             aim.observe(&reply(7, phase), Duration::ZERO, Duration::ZERO);
             aim.delay_to_aim(Duration::ZERO, Some(6)).unwrap()
         };
@@ -400,12 +400,12 @@ mod tests {
     #[test]
     fn partitions_aim_at_phases_spread_over_the_middle_half() {
         let phases: Vec<u64> = (0..4)
-            .map(|p| Aim::spread(1000, p, 4).phase.as_millis() as u64)
+            .map(|p| Aim::for_partition(1000, p, 4).phase.as_millis() as u64)
             .collect();
         assert_eq!(phases, [312, 437, 562, 687]);
         assert_eq!(Aim::new(1000).phase, Duration::from_millis(500));
         // Each aims its flush at its own phase of the next interval.
-        let mut aim = Aim::spread(1000, 0, 4);
+        let mut aim = Aim::for_partition(1000, 0, 4);
         aim.observe(&reply(7, 600), Duration::ZERO, Duration::ZERO);
         assert_eq!(
             aim.delay_to_aim(Duration::ZERO, Some(7)),
@@ -419,7 +419,7 @@ mod tests {
     fn the_longest_interval_spreads_the_most_partitions_over_its_middle_half() {
         let longest = FlushRequest::MAX_INTERVAL_MS;
         for (partition, partitions) in [(0, 1), (4095, 4096), (65_535, 65_536)] {
-            let phase = Aim::spread(longest, partition, partitions)
+            let phase = Aim::for_partition(longest, partition, partitions)
                 .phase
                 .as_millis() as u64;
             assert!(

@@ -27,23 +27,12 @@ use crate::engine::policy::steadiness::Steadiness;
 /// intervals.
 pub(crate) const MAX_LANES: u32 = 4;
 
-/// What the lanes of one partition share: how many of them flush, and which totals are the
-/// newest.
+/// What the lanes of one partition share: how many of them flush, and where an opened one
+/// starts from.
 #[derive(Debug)]
 pub(crate) struct Lanes {
     /// How many lanes flush, as lane 0 decides; 1 while the store answers within an interval.
     wanted: AtomicU32,
-    /// The store's interval of the newest reply whose totals were taken.
-    totals_from: AtomicU64,
-    /// The lane that reply answered.
-    totals_lane: AtomicU32,
-    /// When the partition's totals go stale, in nanoseconds of the worker's timer
-    /// ([`NONE`]: no total is known).
-    stale_at: AtomicU64,
-    /// When a reply last brought a known total.
-    refreshed_at: AtomicU64,
-    /// When the totals went stale, until a reply brings one again ([`NONE`]: they did not).
-    went_stale_at: AtomicU64,
     /// What the first lane knew when it last opened a lane, for the new lane to start from.
     start: Mutex<Option<Box<Start>>>,
     /// The largest sequence number any lane took: a lane opened again goes on from it, past
@@ -51,18 +40,10 @@ pub(crate) struct Lanes {
     last_seq: AtomicU64,
 }
 
-/// An instant that is not set.
-const NONE: u64 = u64::MAX;
-
 impl Default for Lanes {
     fn default() -> Self {
         Self {
             wanted: AtomicU32::new(1),
-            totals_from: AtomicU64::new(0),
-            totals_lane: AtomicU32::new(0),
-            stale_at: AtomicU64::new(NONE),
-            refreshed_at: AtomicU64::new(0),
-            went_stale_at: AtomicU64::new(NONE),
             start: Mutex::new(None),
             last_seq: AtomicU64::new(0),
         }
@@ -107,65 +88,6 @@ impl Lanes {
         self.start
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Whether a reply to lane `lane` from the store's interval `interval` brings totals to
-    /// take: a lane's reply that comes after a later one of another lane's brings older
-    /// totals, which are not taken. A lane's own replies are taken as they come, and so is one
-    /// from much further back: the store's clock gone back (a failover to a server whose clock
-    /// is behind, say), which the later ones follow from.
-    pub(crate) fn newest_totals(&self, interval: u64, lane: u32) -> bool {
-        let newest = self.totals_from.load(Relaxed);
-        let other_lane = self.totals_lane.load(Relaxed) != lane;
-        if other_lane && interval < newest && newest - interval <= u64::from(MAX_LANES) {
-            return false;
-        }
-        self.totals_from.store(interval, Relaxed);
-        self.totals_lane.store(lane, Relaxed);
-        true
-    }
-
-    /// Whether a counter's total of `interval`, taken just after a flush counted there, is
-    /// the newest now that the interval has ended: no reply from a later interval brought
-    /// totals since. If so, the totals are from the interval after it from now on, so that a
-    /// later reply of another lane from `interval` or before is not taken over it.
-    pub(crate) fn ended(&self, interval: u64) -> bool {
-        if self.totals_from.load(Relaxed) > interval {
-            return false;
-        }
-        self.totals_from.store(interval.saturating_add(1), Relaxed);
-        true
-    }
-
-    /// When the partition's totals go stale, while one is known.
-    pub(crate) fn stale_at(&self) -> Option<Duration> {
-        instant(self.stale_at.load(Relaxed))
-    }
-
-    /// Notes a refresh at `now` that keeps the totals fresh until `fresh_until`; returns when
-    /// the totals went stale before it, if they did.
-    pub(crate) fn refreshed(&self, now: Duration, fresh_until: Duration) -> Option<Duration> {
-        self.refreshed_at.store(nanos(now), Relaxed);
-        self.stale_at.store(nanos(fresh_until), Relaxed);
-        instant(self.went_stale_at.swap(NONE, Relaxed))
-    }
-
-    /// Takes the time the totals go stale, if it is set and not after `at`: whoever takes it
-    /// makes them stale.
-    pub(crate) fn take_stale_at(&self, at: Duration) -> bool {
-        let stale_at = self.stale_at.load(Relaxed);
-        stale_at != NONE
-            && stale_at <= nanos(at)
-            && self
-                .stale_at
-                .compare_exchange(stale_at, NONE, Relaxed, Relaxed)
-                .is_ok()
-    }
-
-    /// Notes that the totals went stale at `now`; returns when they were last refreshed.
-    pub(crate) fn went_stale(&self, now: Duration) -> Duration {
-        self.went_stale_at.store(nanos(now), Relaxed);
-        Duration::from_nanos(self.refreshed_at.load(Relaxed))
     }
 }
 
@@ -307,14 +229,6 @@ pub(crate) fn turn(from: u64, lane: u32, lanes: u32) -> u64 {
     from.saturating_add(behind)
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(NONE - 1)
-}
-
-fn instant(nanos: u64) -> Option<Duration> {
-    (nanos != NONE).then(|| Duration::from_nanos(nanos))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -424,36 +338,5 @@ mod tests {
             opener.decide(&lanes, Some(ms(80)), I, start);
         }
         assert_eq!(held_for, [FIRST_HOLD, FIRST_HOLD * 2, FIRST_HOLD * 4]);
-    }
-
-    #[test]
-    fn a_later_reply_of_another_lane_keeps_its_newer_totals() {
-        let lanes = Lanes::default();
-        assert!(lanes.newest_totals(10, 0));
-        assert!(lanes.newest_totals(11, 1));
-        // Lane 0's reply from interval 10 comes after lane 1's from 11: older totals.
-        assert!(!lanes.newest_totals(10, 0));
-        assert!(lanes.newest_totals(12, 0));
-        // A lane's own replies are taken as they come.
-        assert!(lanes.newest_totals(11, 0));
-        // A clock gone back far: taken, and the later ones follow from it.
-        assert!(lanes.newest_totals(3, 1));
-        assert!(lanes.newest_totals(4, 0));
-    }
-
-    #[test]
-    fn a_refresh_by_any_lane_keeps_the_totals_fresh_and_reports_the_end_of_a_stale_spell() {
-        let lanes = Lanes::default();
-        assert_eq!(lanes.stale_at(), None);
-        assert_eq!(lanes.refreshed(ms(100), ms(400)), None);
-        assert!(!lanes.take_stale_at(ms(399)));
-        // Another lane's refresh moves it on.
-        assert_eq!(lanes.refreshed(ms(200), ms(500)), None);
-        assert!(!lanes.take_stale_at(ms(450)));
-        assert!(lanes.take_stale_at(ms(500)));
-        assert!(!lanes.take_stale_at(ms(500)), "the totals went stale twice");
-        assert_eq!(lanes.went_stale(ms(500)), ms(200));
-        assert_eq!(lanes.refreshed(ms(700), ms(1000)), Some(ms(500)));
-        assert_eq!(lanes.refreshed(ms(800), ms(1100)), None);
     }
 }

@@ -28,7 +28,7 @@ pub(crate) struct Pause {
     /// Spreads participants that cannot add to every interval over different ones. Seeded from
     /// the participant and the partition alone, so that a run on virtual time with fixed
     /// participant ids repeats exactly.
-    spread: fastrand::Rng,
+    coin: fastrand::Rng,
 }
 
 impl Pause {
@@ -36,7 +36,7 @@ impl Pause {
         Self {
             timing,
             interval,
-            spread: fastrand::Rng::with_seed(seed),
+            coin: fastrand::Rng::with_seed(seed),
         }
     }
 
@@ -76,7 +76,7 @@ impl Pause {
             return delay;
         };
         let skipping = aim.expected_interval(now + delay) > n + 1;
-        if skipping && self.spread.bool() {
+        if skipping && self.coin.bool() {
             delay + interval
         } else {
             delay
