@@ -195,46 +195,78 @@ fn lanes_close_once_the_store_is_close_again() {
 }
 
 /// A participant alone, whose store applies each flush as it comes and answers one and a half
-/// intervals later. One reply is held back until after the next lane's, which brings the
-/// newer total: the older one that comes after it is not taken. Whenever a total is known, it
-/// is one the newest reply so far brought: the interval's before it, or its own.
+/// intervals later, through lanes. One reply is held back until after a later lane's reply,
+/// from a later interval, has brought newer totals: the older total that comes after them is
+/// not taken. Whenever a total is known, it is one a reply delivered by then brought: the total
+/// of the interval before its own, or its own once that interval has ended.
 #[test]
 fn a_lanes_reply_that_comes_after_a_newer_one_leaves_the_newer_total() {
+    const HELD: usize = 25;
     let clock = VirtualClock::new();
     let store = ScriptedStore::new(clock.clone());
     let far = || Action::ReplyAfter(INTERVAL * 3 / 2);
     // Lanes open by the tenth flush or so; the twenty-sixth is the one held back.
-    store.then((0..25).map(|_| far()));
+    store.then((0..HELD).map(|_| far()));
     store.then([Action::ReplyAfter(INTERVAL * 27 / 10)]);
     store.then((0..10_000).map(|_| far()));
     let mut pool = LocalPool::new();
     let (counter, _) = lone("late", 3, &store, &clock, &pool);
-    let mut checked = 0;
+    let (mut checked, mut overtaken) = (0, 0);
     for n in 1..=500u32 {
         counter.increment(u64::from(n));
         run_virtual_until(&mut pool, &clock, INTERVAL / 10 * n);
-        let newest = store
-            .late_replies_by(clock.now())
-            .into_iter()
-            .filter(|reply| reply.outcome != Outcome::WrongInterval)
-            .max_by_key(|reply| reply.interval);
-        // The interval before the newest reply's, or, once it has ended, its own.
-        let brought = |reply: &FlushReply| {
-            [&reply.previous_totals, &reply.landed_totals]
-                .map(|totals| totals.first().copied().flatten())
+        let now = clock.now();
+        let replies = store.late_replies();
+        let delivered = || {
+            replies
+                .iter()
+                .filter(move |(at, reply)| *at <= now && reply.outcome != Outcome::WrongInterval)
         };
-        if let Some(total) = counter.group_total() {
-            let brought = newest.as_ref().map(brought);
+        let Some(total) = counter.group_total() else {
+            continue;
+        };
+        let brought = |reply: &FlushReply| {
+            let ended = INTERVAL * u32::try_from(reply.interval + 1).unwrap() <= now;
+            [
+                reply.previous_total(),
+                reply
+                    .landed_totals
+                    .first()
+                    .copied()
+                    .flatten()
+                    .filter(|_| ended),
+            ]
+        };
+        assert!(
+            delivered().any(|(_, reply)| brought(reply).contains(&Some(total))),
+            "at tick {n}: {total}, brought by no reply delivered"
+        );
+        checked += 1;
+        let Some((held_at, held)) = replies.get(HELD).filter(|(at, _)| *at <= now) else {
+            continue;
+        };
+        let newer_before =
+            delivered().any(|(at, reply)| at < held_at && reply.interval > held.interval);
+        if newer_before {
+            // Its total is older than the newer reply's: taken, it would go back in time.
+            let older = held.previous_total();
+            let also_newer = delivered().any(|(_, reply)| {
+                reply.interval > held.interval && brought(reply).contains(&older)
+            });
             assert!(
-                brought.is_some_and(|b| b.contains(&Some(total))),
-                "at tick {n}: {total}, not one of {brought:?}"
+                older.is_none() || also_newer || Some(total) != older,
+                "at tick {n}: took {total} from the reply held back, after a newer one"
             );
-            checked += 1;
+            overtaken += 1;
         }
     }
     let lanes: HashSet<_> = store.requests().iter().map(|r| r.participant).collect();
     assert!(lanes.len() >= 2, "flushed under {lanes:?} alone");
     assert!(checked > 300, "a total was known at {checked} ticks");
+    assert!(
+        overtaken > 0,
+        "the reply held back was never overtaken by a newer one"
+    );
 }
 
 /// A participant alone whose store is close by for a hundred flushes, then one and a half to

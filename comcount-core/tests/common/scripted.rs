@@ -80,14 +80,10 @@ impl<C: Timer> ScriptedStore<C> {
         self.requests.lock().unwrap().clone()
     }
 
-    /// The replies to [`Action::ReplyAfter`] delivered by `now`.
-    pub fn late_replies_by(&self, now: Duration) -> Vec<FlushReply> {
-        let replies = self.late_replies.lock().unwrap();
-        replies
-            .iter()
-            .filter(|(at, _)| *at <= now)
-            .map(|(_, reply)| reply.clone())
-            .collect()
+    /// The replies to [`Action::ReplyAfter`], in the order of their calls, each with when it
+    /// is delivered.
+    pub fn late_replies(&self) -> Vec<(Duration, FlushReply)> {
+        self.late_replies.lock().unwrap().clone()
     }
 }
 

@@ -133,17 +133,10 @@ impl Aim {
     /// Past the aimed phase of such an interval, a flush that would still arrive within a
     /// quarter interval of it, and in the first three quarters, goes at once rather than give
     /// the interval up; later than that it waits for the aimed phase of the next one.
-    ///
-    /// A round trip between one and two intervals moves the aim earlier ([`Self::phase`]), so
-    /// that flushes land in pairs of intervals: one early in an interval, then the next, sent
-    /// as soon as its reply comes, a round trip later in the interval after. Aimed at the
-    /// middle, every flush would skip an interval, and a participant alone would never add to
-    /// two in a row and never learn a total. The second of a pair goes at once while it
-    /// arrives up to an eighth of an interval past where it lands when sent at the reply.
     pub(crate) fn delay_to_aim(&self, now: Duration, last_added: Option<u64>) -> Option<Duration> {
         let arrival = self.arrival(now)?;
         let current = self.interval_of(arrival);
-        let aimed = self.aimed_phase();
+        let aimed = self.phase;
         let target = match last_added {
             Some(n) if n >= current => n + 1,
             _ => {
@@ -160,50 +153,10 @@ impl Aim {
         Some((self.start_of(target) + aimed).saturating_sub(arrival))
     }
 
-    /// Where in an interval flushes aim to land: the aim's own phase while the round trip
-    /// planned with is at most an interval or at least two; in between, that phase times the
-    /// room a pair leaves, `(2I - r) / I`, so that a flush sent at the reply to one landing
-    /// there lands in the next interval, at `phase + r - I`.
-    fn aimed_phase(&self) -> Duration {
-        let interval = Duration::from_millis(self.interval_ms);
-        match self.pairing_round_trip() {
-            Some(round_trip) => {
-                let room = (interval * 2).saturating_sub(round_trip);
-                let scaled = self.phase.as_nanos() * room.as_nanos() / interval.as_nanos().max(1);
-                Duration::from_nanos(scaled as u64)
-            }
-            None => self.phase,
-        }
-    }
-
     /// How late in an interval, past the aimed phase, a flush still goes at once.
     fn at_once_until(&self, aimed: Duration) -> Duration {
         let interval = Duration::from_millis(self.interval_ms);
-        let usual = (aimed + interval / 4).min(interval * 3 / 4);
-        match self.pairing_round_trip() {
-            Some(round_trip) => {
-                let second = aimed + round_trip.saturating_sub(interval) + interval / 8;
-                usual.max(second.min(interval * 15 / 16))
-            }
-            None => usual,
-        }
-    }
-
-    /// Whether flushes aim to land in pairs of intervals: the round trip planned with is
-    /// between one interval and two.
-    #[cfg(test)]
-    fn pairs(&self) -> bool {
-        self.pairing_round_trip().is_some()
-    }
-
-    /// The round trip planned with, while it is between one interval and two and steady: the
-    /// last few within a quarter interval of each other. A round trip that varies more is a
-    /// queue's ([`Steadiness`](crate::engine::policy::steadiness::Steadiness)), and a pair
-    /// aimed by it would not land.
-    fn pairing_round_trip(&self) -> Option<Duration> {
-        let interval = Duration::from_millis(self.interval_ms);
-        self.steady_round_trip()
-            .filter(|round_trip| *round_trip > interval && *round_trip < interval * 2)
+        (aimed + interval / 4).min(interval * 3 / 4)
     }
 
     /// The round trip planned with, while it is steady: the last few within a quarter
@@ -331,39 +284,6 @@ mod tests {
         // Early in 7 (applied at phase 20, so arriving at 730): wait for the middle.
         aim.observe(&reply(7, 20), ms(1000), ms(1010));
         assert_eq!(aim.delay_to_aim(ms(1010), None), Some(ms(20)));
-    }
-
-    #[test]
-    fn a_steady_round_trip_between_one_and_two_intervals_aims_at_pairs() {
-        let mut aim = Aim::new(100);
-        let ms = Duration::from_millis;
-        // Round trips of 150 ms: the aim moves from the middle to 50 * (200 - 150) / 100 = 25.
-        for _ in 0..RECENT {
-            aim.observe(&reply(7, 25), ms(1000), ms(1150));
-        }
-        assert!(aim.pairs());
-        // Applied in 7 at phase 25: sent at the reply, the next arrives at 875, in 8 at phase
-        // 75, past the usual three quarters: it goes at once, the second of a pair.
-        assert_eq!(aim.delay_to_aim(ms(1150), Some(7)), Some(ms(0)));
-        // The second applied in 8 at phase 75: the next arrives at 1025, and waits for nothing
-        // more than the early aim, so that the one after it makes a pair again.
-        aim.observe(&reply(8, 75), ms(1150), ms(1300));
-        assert_eq!(aim.delay_to_aim(ms(1300), Some(8)), Some(ms(0)));
-        // A round trip of 140 ms moves the aim to 30: arriving at 1015, the next waits 15 ms.
-        aim.observe(&reply(8, 75), ms(1150), ms(1290));
-        assert_eq!(aim.delay_to_aim(ms(1290), Some(8)), Some(ms(15)));
-    }
-
-    #[test]
-    fn a_round_trip_that_varies_like_a_queues_keeps_the_aim_in_the_middle() {
-        let mut aim = Aim::new(100);
-        let ms = Duration::from_millis;
-        for round_trip in [100, 150, 200, 150] {
-            aim.observe(&reply(7, 25), ms(1000), ms(1000 + round_trip));
-        }
-        assert!(!aim.pairs());
-        // Arriving at 875, in 8 at phase 75: too late for 8, it waits for the middle of 9.
-        assert_eq!(aim.delay_to_aim(ms(1150), Some(7)), Some(ms(75)));
     }
 
     #[test]
