@@ -19,7 +19,6 @@ use crate::engine::policy::lanes::{Lanes, Opener, Start};
 use crate::engine::policy::pause::{Pause, Settled};
 use crate::engine::policy::round_trip::RoundTrip;
 use crate::engine::policy::settling::{Limits, Settling, Step};
-use crate::engine::policy::steadiness::Steadiness;
 use crate::error::Abandoned;
 use crate::protocol::request::FlushRequest;
 use crate::protocol::store::Store;
@@ -45,8 +44,6 @@ pub(crate) struct Flusher<'a, S, T> {
     batch: Batch,
     /// The copies of the flush in the air, kept from one flush to the next.
     flight: Flight,
-    /// Tells a far store from a queue, for the lanes.
-    steadiness: Steadiness,
     /// A flush given up with its fate unknown, until a later reply tells it.
     doubt: InDoubt,
     /// Whether the flush's amounts were taken from the buffers and are not accounted for yet:
@@ -104,7 +101,7 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
             Some(Start { aim, round_trip }) => (aim, round_trip),
             None => (
                 Aim::for_partition(settings.interval_ms, partition, settings.partitions()),
-                RoundTrip::new(settings.policy.flush_timeout),
+                RoundTrip::new(settings.policy.flush_timeout, settings.interval),
             ),
         };
         let seed = participant.as_u64() ^ (u64::from(partition) << 32);
@@ -120,7 +117,6 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
             settling: Settling::new(Limits::from(settings), round_trip),
             pause: Pause::new(settings.policy.timing, settings.interval, seed),
             request: Arc::new(request),
-            steadiness: Steadiness::new(settings.interval),
             doubt: InDoubt::new(settings.fence_ttl()),
             unsettled: false,
             opener: Opener::default(),
@@ -153,7 +149,7 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
             parts.alarm.awaiting(self.partition, None);
             self.batch.release(Arc::make_mut(&mut self.request));
             if self.lane == 0 && parts.settings.lanes_allowed() {
-                let estimates = (&self.aim, self.settling.round_trip(), &self.steadiness);
+                let estimates = (&self.aim, self.settling.round_trip());
                 let interval = parts.settings.interval;
                 self.opener
                     .after_flush(self.lanes, interval, estimates, &parts.report);
@@ -269,8 +265,6 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
             interval: reply.interval,
             round_trip,
         });
-        self.steadiness.observe(round_trip);
-        self.aim.observe(&reply, sent, now);
         parts
             .alarm
             .answered(self.partition, sent, now, &parts.report);
@@ -278,7 +272,7 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
         self.freshness
             .learn(&reply, request, self.lane, round_trip, batch);
         self.doubt.hear(&reply, now, &parts.report);
-        self.settling.replied(&reply, sent, now, &self.aim);
+        self.settling.replied(&reply, sent, now, &mut self.aim);
     }
 
     /// Sends a copy aimed at the interval the store will be in when it arrives. Returns its

@@ -4,11 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::policy::round_trip::RoundTrip;
 use crate::protocol::reply::FlushReply;
 use crate::protocol::request::FlushRequest;
-
-/// How many recent round trips the aim takes the middle of.
-const RECENT: usize = 4;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Aim {
@@ -16,9 +14,6 @@ pub(crate) struct Aim {
     /// Where in an interval flushes aim to arrive: the middle for a counter.
     phase: Duration,
     anchor: Option<Anchor>,
-    /// The last few round trips, newest at `next - 1`.
-    recent: [Option<Duration>; RECENT],
-    next: usize,
 }
 
 /// The store's clock as one reply showed it.
@@ -53,39 +48,23 @@ impl Aim {
             interval_ms,
             phase: Duration::from_millis(interval_ms / 4 + share as u64),
             anchor: None,
-            recent: [None; RECENT],
-            next: 0,
         }
     }
 
-    /// Learns the store's clock from a reply to a flush sent at `sent` and answered at
-    /// `received` (local times).
-    ///
-    /// The round trip it plans with is the newest, or the lower median of the last few when
-    /// that is less: a copy held up once (in a client's queue through a failover, say) says
-    /// little about the next one, while a store that is slow every time is slow in all of them,
-    /// and the first quick reply after an outage is taken at once.
-    pub(crate) fn observe(&mut self, reply: &FlushReply, sent: Duration, received: Duration) {
+    /// Learns the store's clock from a reply that came at `received` (local time), planning
+    /// with the round trip `round_trip` has estimated, this reply's included.
+    pub(crate) fn observe(
+        &mut self,
+        reply: &FlushReply,
+        received: Duration,
+        round_trip: &RoundTrip,
+    ) {
         let start = self.start_of(reply.interval);
-        let newest = received.saturating_sub(sent);
-        self.recent[self.next] = Some(newest);
-        self.next = (self.next + 1) % RECENT;
         self.anchor = Some(Anchor {
             received,
             store_time: start.saturating_add(reply.phase),
-            round_trip: newest.min(self.lower_median()),
+            round_trip: round_trip.planned().unwrap_or_default(),
         });
-    }
-
-    /// The lower median of the recent round trips: one held-up copy among them does not move
-    /// it, and under a queue that fills and drains it sits in the middle of the spread, where
-    /// the least of them would have nearly every flush arrive later than aimed.
-    fn lower_median(&self) -> Duration {
-        let mut recent = self.recent;
-        recent.sort_unstable();
-        // `None` sorts first: skip the slots not yet filled.
-        let filled = &recent[recent.iter().filter(|r| r.is_none()).count()..];
-        filled[(filled.len() - 1) / 2].unwrap_or_default()
     }
 
     /// The store's time when a flush sent at `now` arrives: the anchor's time, half a round
@@ -159,21 +138,6 @@ impl Aim {
         (aimed + interval / 4).min(interval * 3 / 4)
     }
 
-    /// The round trip planned with, while it is steady: the last few within a quarter
-    /// interval of each other.
-    pub(crate) fn steady_round_trip(&self) -> Option<Duration> {
-        let interval = Duration::from_millis(self.interval_ms);
-        let round_trip = self.anchor?.round_trip;
-        let (mut least, mut most) = (Duration::MAX, Duration::ZERO);
-        for recent in self.recent {
-            let recent = recent?;
-            least = least.min(recent);
-            most = most.max(recent);
-        }
-        let steady = most - least <= interval / 4;
-        steady.then_some(round_trip)
-    }
-
     fn interval_of(&self, at: Duration) -> u64 {
         at.as_millis() as u64 / self.interval_ms
     }
@@ -187,6 +151,36 @@ impl Aim {
 mod tests {
     use super::*;
     use crate::protocol::reply::Outcome;
+
+    /// An aim and the round trip it plans with, learning from replies as a flush loop does.
+    struct Learning {
+        aim: Aim,
+        round_trip: RoundTrip,
+    }
+
+    impl Learning {
+        fn new(aim: Aim) -> Self {
+            let interval = Duration::from_millis(aim.interval_ms);
+            Self {
+                aim,
+                round_trip: RoundTrip::new(interval, interval),
+            }
+        }
+
+        /// Learns from `reply`, to a copy sent at `sent` and answered at `received`.
+        fn observe(&mut self, reply: &FlushReply, sent: Duration, received: Duration) {
+            self.round_trip.sample(received.saturating_sub(sent));
+            self.aim.observe(reply, received, &self.round_trip);
+        }
+    }
+
+    impl std::ops::Deref for Learning {
+        type Target = Aim;
+
+        fn deref(&self) -> &Aim {
+            &self.aim
+        }
+    }
 
     fn reply(interval: u64, phase_ms: u64) -> FlushReply {
         FlushReply::new(
@@ -204,7 +198,7 @@ mod tests {
 
     #[test]
     fn carries_the_store_clock_forward_by_local_time_and_the_round_trip() {
-        let mut aim = Aim::new(100);
+        let mut aim = Learning::new(Aim::new(100));
         let ms = Duration::from_millis;
         // Sent at 1000, answered at 1010 (round trip 10): the store was at 7*100 + 40.
         aim.observe(&reply(7, 40), ms(1000), ms(1010));
@@ -215,7 +209,7 @@ mod tests {
 
     #[test]
     fn one_held_up_copy_does_not_throw_the_aim_off() {
-        let mut aim = Aim::new(100);
+        let mut aim = Learning::new(Aim::new(100));
         let ms = Duration::from_millis;
         aim.observe(&reply(7, 40), ms(1000), ms(1010));
         // A copy held two seconds in a queue, then run and answered at once.
@@ -226,7 +220,7 @@ mod tests {
 
     #[test]
     fn a_queue_that_fills_and_drains_is_planned_for_with_the_middle_of_its_round_trips() {
-        let mut aim = Aim::new(100);
+        let mut aim = Learning::new(Aim::new(100));
         let ms = Duration::from_millis;
         // Round trips of 100, 300, 200 and 250 ms, each reply from interval 7 at phase 40.
         for (sent, received) in [(0, 100), (0, 300), (0, 200), (50, 300)] {
@@ -241,7 +235,7 @@ mod tests {
 
     #[test]
     fn the_first_quick_reply_after_slow_ones_is_planned_with_at_once() {
-        let mut aim = Aim::new(100);
+        let mut aim = Learning::new(Aim::new(100));
         let ms = Duration::from_millis;
         for _ in 0..3 {
             aim.observe(&reply(7, 40), ms(0), ms(2000));
@@ -256,7 +250,7 @@ mod tests {
     fn reaches_one_interval_further_for_each_whole_interval_of_round_trip() {
         let ms = Duration::from_millis;
         let reach = |round_trip: u64| {
-            let mut aim = Aim::new(100);
+            let mut aim = Learning::new(Aim::new(100));
             aim.observe(&reply(7, 40), ms(1000), ms(1000 + round_trip));
             aim.reach()
         };
@@ -271,7 +265,7 @@ mod tests {
 
     #[test]
     fn aims_at_the_middle_of_the_next_interval_not_yet_added_to() {
-        let mut aim = Aim::new(100);
+        let mut aim = Learning::new(Aim::new(100));
         let ms = Duration::from_millis;
         assert_eq!(aim.delay_to_aim(ms(0), None), None);
         // Applied in 7 at phase 40, round trip 10: a flush sent now arrives at 750.
@@ -288,7 +282,7 @@ mod tests {
 
     #[test]
     fn a_flush_late_in_an_interval_not_added_to_waits_for_the_next() {
-        let mut aim = Aim::new(100);
+        let mut aim = Learning::new(Aim::new(100));
         let ms = Duration::from_millis;
         // Applied in 7 at phase 40, round trip 10: a flush sent at 1010 + d arrives at 750 + d.
         aim.observe(&reply(7, 40), ms(1000), ms(1010));
@@ -305,7 +299,7 @@ mod tests {
         let ms = Duration::from_millis;
         // Arriving at `phase` of interval 7, with nothing added to it yet.
         let delay = |partition: u32, phase: u64| {
-            let mut aim = Aim::for_partition(1000, partition, 4);
+            let mut aim = Learning::new(Aim::for_partition(1000, partition, 4));
             aim.observe(&reply(7, phase), Duration::ZERO, Duration::ZERO);
             aim.delay_to_aim(Duration::ZERO, Some(6)).unwrap()
         };
@@ -325,7 +319,7 @@ mod tests {
         assert_eq!(phases, [312, 437, 562, 687]);
         assert_eq!(Aim::new(1000).phase, Duration::from_millis(500));
         // Each aims its flush at its own phase of the next interval.
-        let mut aim = Aim::for_partition(1000, 0, 4);
+        let mut aim = Learning::new(Aim::for_partition(1000, 0, 4));
         aim.observe(&reply(7, 600), Duration::ZERO, Duration::ZERO);
         assert_eq!(
             aim.delay_to_aim(Duration::ZERO, Some(7)),

@@ -21,7 +21,6 @@ use std::time::Duration;
 use crate::diagnostics::{Event, Reporter};
 use crate::engine::policy::aim::Aim;
 use crate::engine::policy::round_trip::RoundTrip;
-use crate::engine::policy::steadiness::Steadiness;
 
 /// The most lanes a partition flushes through: enough for a round trip of three and a half
 /// intervals.
@@ -144,13 +143,10 @@ impl Opener {
         &mut self,
         lanes: &Lanes,
         interval: Duration,
-        (aim, round_trip, steadiness): (&Aim, &RoundTrip, &Steadiness),
+        (aim, round_trip): (&Aim, &RoundTrip),
         report: &Reporter,
     ) {
-        let path = aim.steady_round_trip().filter(|_| {
-            let spread = steadiness.spread();
-            spread.is_some_and(|spread| spread <= interval / 4)
-        });
+        let path = round_trip.path();
         let before = lanes.wanted();
         self.decide(lanes, path, interval, || Start {
             aim: aim.clone(),
@@ -242,7 +238,7 @@ mod tests {
     fn start() -> Start {
         Start {
             aim: Aim::new(100),
-            round_trip: RoundTrip::new(I),
+            round_trip: RoundTrip::new(I, I),
         }
     }
 

@@ -240,11 +240,19 @@ impl Settling {
         dropped
     }
 
-    /// A copy sent at `sent` was answered at `now` with `reply`; `aim` has learnt from it.
-    pub(crate) fn replied(&mut self, reply: &FlushReply, sent: Duration, now: Duration, aim: &Aim) {
+    /// A copy sent at `sent` was answered at `now` with `reply`: the round trip and `aim`
+    /// learn from it first.
+    pub(crate) fn replied(
+        &mut self,
+        reply: &FlushReply,
+        sent: Duration,
+        now: Duration,
+        aim: &mut Aim,
+    ) {
         self.answered(sent);
         self.unheard_since = None;
         self.round_trip.sample(now.saturating_sub(sent));
+        aim.observe(reply, now, &self.round_trip);
         self.backoff.reset();
         match reply.outcome {
             Outcome::Duplicate if reply.counted_in.is_some_and(|n| !self.may_land_in(n)) => {
@@ -593,7 +601,7 @@ mod tests {
             resend_window,
             fence_ttl: ms(60_000),
         };
-        let mut settling = Settling::new(limits, RoundTrip::new(ms(100)));
+        let mut settling = Settling::new(limits, RoundTrip::new(ms(100), ms(I)));
         let mut aim = Aim::new(I);
         settling.start(Duration::ZERO);
         assert_eq!(
@@ -625,8 +633,7 @@ mod tests {
                     };
                     // The store ran it 40 ms into its interval.
                     let reply = FlushReply::new(outcome, interval, ms(40), counted_in);
-                    aim.observe(&reply, ms(sent), now);
-                    settling.replied(&reply, ms(sent), now, &aim);
+                    settling.replied(&reply, ms(sent), now, &mut aim);
                     settling.next(now)
                 }
                 Failed(sent, error) => {

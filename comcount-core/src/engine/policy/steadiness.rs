@@ -30,7 +30,7 @@ const HELD_UP: usize = 2;
 /// show that the path itself became slower.
 const SHIFT_AFTER: u32 = 8;
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Steadiness {
     interval: Duration,
     /// The least round trip in the current window, and in the one before it.
