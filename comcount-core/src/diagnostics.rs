@@ -20,7 +20,7 @@
 //!
 //! A healthy counter says nothing above info. Events go to the [`log`] crate by default
 //! ([`LogDiagnostics`], target `comcount`, attributes as structured key-values); pass any
-//! [`Diagnostics`] to [`Builder::diagnostics`](crate::handle::builder::Builder::diagnostics) to send them
+//! [`Diagnostics`] to [`Builder::diagnostics`](crate::builder::Builder::diagnostics) to send them
 //! elsewhere, or a [`Recorder`] to look at them in tests. With the `tracing` feature,
 //! [`TracingDiagnostics`] sends them to the [`tracing`](https://docs.rs/tracing) crate with typed
 //! fields; with the `metrics` feature, [`MetricsDiagnostics`] turns them into metrics through the

@@ -5,7 +5,7 @@ use std::error::Error;
 use std::fmt;
 use std::time::Duration;
 
-/// A counter's settings that cannot work. Returned by [`Builder::build`](crate::handle::builder::Builder::build).
+/// A counter's settings that cannot work. Returned by [`Builder::build`](crate::builder::Builder::build).
 #[derive(Clone, PartialEq, Eq, Debug)]
 #[non_exhaustive]
 pub enum ConfigError {

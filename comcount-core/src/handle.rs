@@ -1,12 +1,10 @@
 //! What an application holds: the [`Counter`](crate::Counter) and [`Family`](crate::Family)
-//! handles, the builder and settings that make them, and the buffers and totals they share
-//! with their worker.
+//! handles, their settings, and the buffers and totals they share with their worker.
 //!
 //! `increment` touches only this layer: it adds to a key's buffer ([`tally`]) and reads the
 //! total last learned, with no lock and no I/O. Everything the worker needs of a handle is in
 //! [`shared`].
 
-pub mod builder;
 pub(crate) mod counter;
 pub(crate) mod family;
 pub(crate) mod registry;

@@ -53,6 +53,7 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod builder;
 pub mod clock;
 pub mod diagnostics;
 mod engine;
@@ -66,7 +67,6 @@ pub mod testing;
 
 pub use engine::worker::Worker;
 pub use error::{AmountError, ConfigError, KeyError, StoreError, StoreErrorKind};
-pub use handle::builder;
 pub use handle::counter::Counter;
 pub use handle::family::{Family, KeyCounter};
 pub use handle::settings::{MAX_NAME_LEN, MAX_PREFIX_LEN};

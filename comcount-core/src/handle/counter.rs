@@ -94,7 +94,7 @@ impl Counter {
     }
 
     /// How long ago a reply last brought the group's total, on the counter's timer (the one
-    /// given to [`build`](crate::handle::builder::Builder::build)); `None` before the first.
+    /// given to [`build`](crate::builder::Builder::build)); `None` before the first.
     ///
     /// It keeps growing while the total is unknown, stale or after
     /// [`close`](Counter::close): it tells how old the last known total is. A healthy counter's

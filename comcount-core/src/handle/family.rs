@@ -17,7 +17,7 @@ use crate::handle::tally::Refusal;
 /// [`Counter`](crate::Counter) returns: the larger of the key's group total over the last
 /// closed interval and this participant's unsent amount for it. A key comes into being on
 /// its first increment (or [`counter`](Family::counter)), and is evicted after a while without use (see
-/// [`Builder::evict_after`](crate::handle::builder::Builder::evict_after)). The family's [`Worker`](crate::Worker)
+/// [`Builder::evict_after`](crate::builder::Builder::evict_after)). The family's [`Worker`](crate::Worker)
 /// sends all its keys in one flush per partition and interval, instead of one per key. It
 /// starts on the family's first increment, of any key (`increment(key, 0)` is enough): a
 /// participant that only takes handles and reads totals sends nothing, and learns none.
@@ -54,7 +54,7 @@ impl Family {
     /// it now. An existing key is found without a lock or an allocation; a new one is added.
     ///
     /// A key that cannot be counted (empty, longer than
-    /// [`FlushRequest::MAX_KEY_LEN`](crate::FlushRequest::MAX_KEY_LEN) bytes, or new once the family holds its [`max_keys`](crate::handle::builder::Builder::max_keys))
+    /// [`FlushRequest::MAX_KEY_LEN`](crate::FlushRequest::MAX_KEY_LEN) bytes, or new once the family holds its [`max_keys`](crate::builder::Builder::max_keys))
     /// is counted nowhere: the call returns `amount`, its own count, which claims nothing of
     /// the group, and the family reports the refused calls as `key refused`, at most once an
     /// interval. So a key that comes from a client (an IP, an API key) can never make it

@@ -5,6 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use crate::handle::tally::{self, Buffer, GroupTotal, Refusal};
+use crate::protocol::request::FlushRequest;
+
+// A buffer never holds more than one flush may carry.
+const _: () = assert!(tally::MAX == FlushRequest::MAX_AMOUNT);
 
 /// The numbers of one key: a counter's only key, or one key of a family.
 ///

@@ -51,7 +51,7 @@ impl<S: Store> DynStore for S {
 
 /// Any [`Store`], behind one type: for a store chosen at run time.
 ///
-/// Each store is a type of its own, and [`build`](crate::handle::builder::Builder::build) is generic
+/// Each store is a type of its own, and [`build`](crate::builder::Builder::build) is generic
 /// over it. Where one variable, field or function result must hold whichever store was
 /// chosen, box it:
 ///
@@ -90,7 +90,7 @@ impl<S: Store> DynStore for S {
 ///
 /// # Without a box
 ///
-/// Where the choice is made next to the [`build`](crate::handle::builder::Builder::build) call, no box
+/// Where the choice is made next to the [`build`](crate::builder::Builder::build) call, no box
 /// is needed: every `build` of a counter yields the same `(Counter, Worker)`, whatever its store
 /// and timer (and a family's the same `(Family, Worker)`), so each branch of a `match` can
 /// build with a store of another type.

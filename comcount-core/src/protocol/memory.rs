@@ -9,11 +9,13 @@ use std::time::Duration;
 use crate::clock::{Clock, SystemClock};
 use crate::diagnostics::Reporter;
 use crate::error::StoreError;
-use crate::handle::tally::MAX;
 use crate::protocol::keys::Layout;
 use crate::protocol::reply::{Fence, FlushReply, Outcome};
 use crate::protocol::request::FlushRequest;
 use crate::protocol::store::Store;
+
+/// The largest total a store keeps.
+const MAX: u64 = FlushRequest::MAX_AMOUNT;
 
 /// How many flushes between two sweeps of expired keys.
 const SWEEP_EVERY: u32 = 256;

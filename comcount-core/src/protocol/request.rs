@@ -85,7 +85,7 @@ impl FlushRequest {
     /// script's Lua numbers hold exactly.
     pub const MAX_SEQ: u64 = (1 << 53) - 1;
     /// The largest amount a store accepts: `i64::MAX`, the most a Redis integer holds.
-    pub const MAX_AMOUNT: u64 = crate::handle::tally::MAX;
+    pub const MAX_AMOUNT: u64 = i64::MAX as u64;
     /// The longest interval a store accepts, in milliseconds: ⌊2^53 / 3⌋, so that the three
     /// intervals an interval key lives stay exact in Lua.
     pub const MAX_INTERVAL_MS: u64 = (1 << 53) / 3;

@@ -327,7 +327,8 @@ fn malformed(what: String) -> StoreError {
 mod tests {
     use super::*;
     use crate::ParticipantId;
-    use crate::handle::tally::MAX;
+    use crate::protocol::request::FlushRequest;
+    const MAX: u64 = FlushRequest::MAX_AMOUNT;
     use crate::protocol::keys::KeySpace;
     use crate::protocol::request::Entry;
 
