@@ -19,7 +19,8 @@
 //! | debug, trace | `flush answered` | `counter`, `outcome`, `interval` (number), `round_trip` (ms); trace when `outcome` is `applied` or `duplicate`, debug otherwise |
 //!
 //! A healthy counter says nothing above info. Events go to the [`log`] crate by default
-//! ([`LogDiagnostics`], target `comcount`, attributes as structured key-values); pass any
+//! ([`LogDiagnostics`], target `comcount`, attributes as `key=value` in the line and as
+//! structured key-values); pass any
 //! [`Diagnostics`] to [`Builder::diagnostics`](crate::builder::Builder::diagnostics) to send them
 //! elsewhere, or a [`Recorder`] to look at them in tests. With the `tracing` feature,
 //! [`TracingDiagnostics`] sends them to the [`tracing`](https://docs.rs/tracing) crate with typed
