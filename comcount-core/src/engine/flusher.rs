@@ -146,6 +146,10 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
                 // At most once an interval: a partition flushes at most once in each.
                 parts.shared.report_refused_keys(&parts.report);
             }
+            if parts.shared.drain_by().is_some() && parts.shared.unsent_in(self.partition) == 0 {
+                // Drained: what the partition counted went out, and this loop's flush settled.
+                return Some(());
+            }
             parts.alarm.awaiting(self.partition, None);
             self.batch.release(Arc::make_mut(&mut self.request));
             if self.lane == 0 && parts.settings.lanes_allowed() {

@@ -1,5 +1,5 @@
-//! Waiting on anything while watching for two other things: the counter being closed, and the
-//! group's totals going stale.
+//! Waiting on anything while watching for three other things: the counter being closed, the
+//! end of a drain asked for, and the group's totals going stale.
 
 use std::future::{Future, poll_fn};
 use std::pin::pin;
@@ -159,6 +159,8 @@ enum Woke<O> {
     Done(O),
     Stopped,
     Alarm,
+    /// Something changed that the next wake time depends on.
+    Again,
 }
 
 /// How a wait that the counter's close did not cut ended.
@@ -296,11 +298,18 @@ impl<'a, T: Timer> Freshness<'a, T> {
         let mut future = pin!(future);
         loop {
             let now = self.timer.now();
+            let drain_by = self.shared.drain_by();
+            if drain_by.is_some_and(|by| by <= now) {
+                // A drain that ran out of time ends as a close does.
+                self.shared.close();
+                return None;
+            }
             self.take_landed(now);
             let wake_at = deadline
                 .into_iter()
                 .chain(self.totals.stale_at())
                 .chain(self.landed.map(|l| l.ends_at))
+                .chain(drain_by)
                 .min();
             let mut alarm = pin!(wake_at.map(|at| self.timer.sleep(at.saturating_sub(now))));
             let (shared, partition) = (&self.shared, self.partition);
@@ -309,6 +318,10 @@ impl<'a, T: Timer> Freshness<'a, T> {
                 // under the gate, as a copy it polls may hand its command over only now.
                 if shared.poll_closed(partition, cx) {
                     return Poll::Ready(Woke::Stopped);
+                }
+                if shared.drain_by() != drain_by {
+                    // A drain asked for since: its end is one more time to wake at.
+                    return Poll::Ready(Woke::Again);
                 }
                 match shared.while_open(|| future.as_mut().poll(cx)) {
                     None => return Poll::Ready(Woke::Stopped),
@@ -324,6 +337,7 @@ impl<'a, T: Timer> Freshness<'a, T> {
             match (woke, wake_at) {
                 (Woke::Done(output), _) => return Some(Waited::Done(output)),
                 (Woke::Stopped, _) => return None,
+                (Woke::Again, _) => {}
                 (Woke::Alarm, Some(at)) => {
                     // Now, not the time the alarm was set for: a worker that ran late must
                     // not take a total that went stale while it waited.

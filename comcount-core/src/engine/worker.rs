@@ -86,6 +86,10 @@ impl Drop for Worker {
     /// accounted for as the future drops, just after.
     fn drop(&mut self) {
         self.shared.close();
+        // The task first, which accounts for its flush and reports the stop, if it ran; then
+        // whoever waits for the stop, whether it ran or not.
+        self.future = Box::pin(std::future::ready(()));
+        self.shared.stop();
     }
 }
 
@@ -113,6 +117,7 @@ impl Drop for StopOnExit {
             let unsent = self.shared.unsent();
             self.report.emit(Event::CounterStopped { unsent });
         }
+        self.shared.stop();
     }
 }
 
@@ -168,6 +173,8 @@ async fn run<S: Store, T: Timer>(parts: Parts<S, T>) {
             .collect();
         while loops.next().await.is_some() {}
     }
+    // The loops end once closed, or once drained; closed either way from here on.
+    parts.shared.close();
 }
 
 /// The flush loops of one partition: its first lane, and the others it opens while the store
@@ -184,7 +191,8 @@ async fn flush_partition<S: Store, T: Timer>(parts: &Parts<Arc<S>, T>, partition
 }
 
 /// The lanes after the first, each started when the first wants it, each ending when it is
-/// no longer wanted or the counter is closed; completes once closed and every lane has ended.
+/// no longer wanted, the counter is closed, or its partition is drained; completes once closed
+/// or draining and every lane has ended.
 async fn more_lanes<S: Store, T: Timer>(
     parts: &Parts<Arc<S>, T>,
     partition: u32,
@@ -196,8 +204,8 @@ async fn more_lanes<S: Store, T: Timer>(
     poll_fn(|cx| {
         // The first lane decides how many are wanted as it runs, and it is polled just before
         // this, in the same join: no wake is needed for a change.
-        let closed = parts.shared.is_closed();
-        if !closed {
+        let ending = parts.shared.is_closed() || parts.shared.drain_by().is_some();
+        if !ending {
             for lane in 1..lanes.wanted() {
                 if running.iter().all(|(open, _)| *open != lane) {
                     let mut flusher = Flusher::new(parts, partition, lane, lanes, totals);
@@ -209,7 +217,7 @@ async fn more_lanes<S: Store, T: Timer>(
             }
         }
         running.retain_mut(|(_, run)| run.as_mut().poll(cx).is_pending());
-        if closed && running.is_empty() {
+        if ending && running.is_empty() {
             Poll::Ready(())
         } else {
             Poll::Pending

@@ -1,6 +1,7 @@
 //! The handle users count with.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -157,6 +158,43 @@ impl Counter {
     /// returns at once, and that hand-over is the caller's own.
     pub fn close(&self) {
         self.life.0.close();
+    }
+
+    /// Flushes what this participant counted and stops, for a shutdown that loses nothing: a
+    /// rolling deploy, say. The returned future completes once the background task has
+    /// stopped, with the units it did not send (0 when everything counted was flushed and
+    /// counted); the counter is closed by then.
+    ///
+    /// The next flush goes as usual, and the counter stops once one has settled with nothing
+    /// left in the buffer. The store takes one flush of a participant per interval, so a
+    /// counter that has just flushed waits for the next interval: a drain takes up to about
+    /// two intervals and a round trip. If the buffer is not flushed and settled `timeout`
+    /// after the call (on the worker's timer), the counter closes as [`close`](Counter::close)
+    /// does and the rest is reported as `close()` reports it. A flush whose fate is still
+    /// unknown at the end is reported unsettled. Increments made meanwhile are counted and
+    /// sent with the next flush, as long as one goes. The worker must be running for the
+    /// future to complete; one dropped or never spawned completes it at once.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use comcount_core::{Counter, MemoryStore, clock::VirtualClock};
+    /// # use futures::{FutureExt, executor::LocalPool, task::LocalSpawnExt};
+    /// let clock = VirtualClock::new();
+    /// let store = MemoryStore::with_clock(clock.clone());
+    /// let (counter, worker) = Counter::builder("jobs", Duration::from_secs(1))
+    ///     .build(store.clone(), clock.clone())?;
+    /// let mut pool = LocalPool::new();
+    /// pool.spawner().spawn_local(worker).unwrap();
+    /// counter.increment(5);
+    /// let mut drained = counter.drain(Duration::from_secs(10)).boxed();
+    /// pool.run_until_stalled();
+    /// assert_eq!(drained.as_mut().now_or_never(), Some(0));
+    /// assert!(counter.is_closed());
+    /// assert_eq!(store.total("{jobs}:0"), Some(5));
+    /// # Ok::<(), comcount_core::ConfigError>(())
+    /// ```
+    pub fn drain(&self, timeout: Duration) -> impl Future<Output = u64> + Send + 'static {
+        self.life.drain(timeout)
     }
 
     /// Whether [`close`](Counter::close) was called, every handle was dropped, or the

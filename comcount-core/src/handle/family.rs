@@ -1,6 +1,7 @@
 //! The handles users count many keys with: a family, and a handle on one of its keys.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -216,6 +217,15 @@ impl Family {
     /// [`Counter::close`](crate::Counter::close) does, for every key.
     pub fn close(&self) {
         self.life.0.close();
+    }
+
+    /// Flushes what every key counted and stops, as [`Counter::drain`](crate::Counter::drain)
+    /// does for a counter: the returned future completes once the background task has
+    /// stopped, with the units it did not send, by `timeout` on the worker's timer at the
+    /// latest. Each partition stops once one of its flushes has settled with nothing left in
+    /// its keys' buffers.
+    pub fn drain(&self, timeout: Duration) -> impl Future<Output = u64> + Send + 'static {
+        self.life.drain(timeout)
     }
 
     /// Whether [`close`](Family::close) was called, every handle was dropped, or the

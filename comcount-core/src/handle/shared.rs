@@ -1,10 +1,10 @@
 //! The state a counter's or a family's handles share with its background task.
 
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
 use std::panic::RefUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures::task::AtomicWaker;
@@ -38,7 +38,17 @@ pub(crate) struct Shared {
     loops: LoopWakers,
     /// Calls to a family's `increment` refused for their key since the last report, by reason.
     refused: [AtomicU64; KEY_REFUSALS.len()],
+    /// When a drain asked for must end by, in nanoseconds of the worker's timer
+    /// ([`NOT_DRAINING`] while none was asked for).
+    drain_by: AtomicU64,
+    /// Set once the background task has stopped and made its last report.
+    stopped: AtomicBool,
+    /// Whoever waits for the background task to stop: a drain.
+    stop_waiters: Mutex<Vec<Waker>>,
 }
+
+/// [`Shared::drain_by`] while no drain was asked for.
+const NOT_DRAINING: u64 = u64::MAX;
 
 /// The reasons a key is refused, as `key refused` names them, in the order of
 /// [`refusal_index`].
@@ -67,7 +77,66 @@ impl Shared {
             gate_holder: AtomicU64::new(0),
             loops,
             refused: Default::default(),
+            drain_by: AtomicU64::new(NOT_DRAINING),
+            stopped: AtomicBool::new(false),
+            stop_waiters: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Asks the background task to flush what is unsent and stop, by `timeout` from now on
+    /// its timer at the latest; a drain asked for before keeps its earlier end.
+    pub(crate) fn drain(&self, timeout: Duration) {
+        let by = self.clock.0.now().saturating_add(timeout);
+        let by = u64::try_from(by.as_nanos()).unwrap_or(NOT_DRAINING - 1);
+        self.drain_by.fetch_min(by, Ordering::AcqRel);
+        // A counter never incremented drains at once: its loops wake to find nothing to send.
+        self.started.store(true, Ordering::Release);
+        self.loops.wake_all();
+    }
+
+    /// When the drain asked for must end by, on the worker's timer; `None` while none was.
+    pub(crate) fn drain_by(&self) -> Option<Duration> {
+        let by = self.drain_by.load(Ordering::Acquire);
+        (by != NOT_DRAINING).then(|| Duration::from_nanos(by))
+    }
+
+    /// Notes that the background task has stopped, after its last report, and wakes whoever
+    /// waits for it.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        let waiters = std::mem::take(&mut *lock(&self.stop_waiters));
+        waiters.into_iter().for_each(Waker::wake);
+    }
+
+    /// Completes once the background task has stopped.
+    pub(crate) async fn stopped(&self) {
+        poll_fn(|cx| {
+            if self.stopped.load(Ordering::Acquire) {
+                return Poll::Ready(());
+            }
+            let mut waiters = lock(&self.stop_waiters);
+            if self.stopped.load(Ordering::Acquire) {
+                return Poll::Ready(());
+            }
+            if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                waiters.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await;
+    }
+
+    /// The units in the buffers of `partition`'s keys, not sent yet.
+    pub(crate) fn unsent_in(&self, partition: u32) -> u64 {
+        self.keys.with_members(
+            partition,
+            |_| false,
+            |members| {
+                members
+                    .iter()
+                    .fold(0u64, |sum, slot| sum.saturating_add(slot.buffer.get()))
+            },
+        )
     }
 
     /// Stops the background task for good: nothing is sent to the store after this returns,
@@ -157,9 +226,7 @@ impl Shared {
     }
 
     fn lock_gate(&self) -> MutexGuard<'_, ()> {
-        self.gate
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.gate)
     }
 
     /// The hot path: adds `amount` to `slot` and returns the max rule's count; wakes the
@@ -277,6 +344,19 @@ impl RefUnwindSafe for WorkerClock {}
 #[derive(Debug)]
 pub(crate) struct Lifetime(pub(crate) Arc<Shared>);
 
+impl Lifetime {
+    /// Asks for a drain by `timeout` and waits for the background task to stop; the units it
+    /// did not send.
+    pub(crate) fn drain(&self, timeout: Duration) -> impl Future<Output = u64> + Send + 'static {
+        self.0.drain(timeout);
+        let shared = Arc::clone(&self.0);
+        async move {
+            shared.stopped().await;
+            shared.unsent()
+        }
+    }
+}
+
 impl Drop for Lifetime {
     fn drop(&mut self) {
         self.0.close();
@@ -308,4 +388,11 @@ impl Drop for Holding<'_> {
     fn drop(&mut self) {
         self.0.store(0, Ordering::Relaxed);
     }
+}
+
+/// Locks `mutex` through its poison: what it guards is whole after any panic.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
