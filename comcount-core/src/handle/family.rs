@@ -176,6 +176,43 @@ impl Family {
         self.look_up(key, |slot| shared.total_age(slot)).flatten()
     }
 
+    /// How long until the store's current interval ends, by the store's clock: the moment its
+    /// interval totals start again from nothing, the same for every participant of the group.
+    /// `None` before the store's first reply, once no reply has come for two intervals (the
+    /// store is unreachable, or the worker has stopped), and once the family is closed: so it
+    /// also tells whether the store answers.
+    ///
+    /// Each reply tells where in its interval the store's clock was when it ran the flush; this
+    /// takes the last one, less half its round trip, and moves it on by the worker's timer
+    /// since. It is off by as much as the round trip was lopsided (half of it at most), and by
+    /// the drift between the two clocks since the reply, which an interval's flush keeps
+    /// small. The interval closing then is not yet the group's total: that comes with the
+    /// first flush after it (see [`group_total`](Family::group_total)).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use comcount_core::{Family, MemoryStore, clock::VirtualClock};
+    /// # use futures::{executor::LocalPool, task::LocalSpawnExt};
+    /// let clock = VirtualClock::new();
+    /// let (family, worker) = Family::builder("calls", Duration::from_secs(1))
+    ///     .build(MemoryStore::with_clock(clock.clone()), clock.clone())?;
+    /// let mut pool = LocalPool::new();
+    /// pool.spawner().spawn_local(worker)?;
+    /// assert_eq!(family.until_interval_end(), None);
+    /// family.increment("a", 1);
+    /// clock.advance(Duration::from_millis(300));
+    /// pool.run_until_stalled(); // the first flush goes out, and its reply comes
+    /// assert_eq!(family.until_interval_end(), Some(Duration::from_millis(700)));
+    /// clock.advance(Duration::from_millis(900));
+    /// assert_eq!(family.until_interval_end(), Some(Duration::from_millis(800)));
+    /// family.close();
+    /// assert_eq!(family.until_interval_end(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn until_interval_end(&self) -> Option<Duration> {
+        self.life.0.until_interval_end()
+    }
+
     /// This participant's amount not yet sent for `key`; 0 for a key it does not hold.
     pub fn buffered(&self, key: &str) -> u64 {
         self.life

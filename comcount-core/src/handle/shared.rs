@@ -45,6 +45,8 @@ pub(crate) struct Shared {
     stopped: AtomicBool,
     /// Whoever waits for the background task to stop: a drain.
     stop_waiters: Mutex<Vec<Waker>>,
+    /// Where the store's intervals start on the worker's timer, as the last reply showed it.
+    store_clock: StoreClock,
 }
 
 /// [`Shared::drain_by`] while no drain was asked for.
@@ -80,6 +82,7 @@ impl Shared {
             drain_by: AtomicU64::new(NOT_DRAINING),
             stopped: AtomicBool::new(false),
             stop_waiters: Mutex::new(Vec::new()),
+            store_clock: StoreClock::default(),
         }
     }
 
@@ -137,6 +140,27 @@ impl Shared {
                     .fold(0u64, |sum, slot| sum.saturating_add(slot.buffer.get()))
             },
         )
+    }
+
+    /// Notes the store's clock as a reply showed it: `phase` into its interval of `interval`
+    /// when it ran the flush, answered at `now` on the worker's timer after `round_trip`.
+    pub(crate) fn note_store_clock(
+        &self,
+        now: Duration,
+        phase: Duration,
+        round_trip: Duration,
+        interval_ms: u64,
+    ) {
+        self.store_clock.note(now, phase, round_trip, interval_ms);
+    }
+
+    /// How long until the store's current interval ends, on the worker's timer; `None` before
+    /// the first reply, once no reply has come for two intervals, and once closed.
+    pub(crate) fn until_interval_end(&self) -> Option<Duration> {
+        if self.is_closed() {
+            return None;
+        }
+        self.store_clock.until_end(self.clock.0.now())
     }
 
     /// Stops the background task for good: nothing is sent to the store after this returns,
@@ -326,6 +350,50 @@ impl LoopWakers {
     }
 }
 
+/// Where the store's intervals start on the worker's timer, modulo the interval, as the last
+/// reply showed it: the reply's phase and half its round trip before it arrived. The flush
+/// loops write it, the handles read it; each write of one family holds the same interval.
+#[derive(Debug, Default)]
+struct StoreClock {
+    /// The interval in ms; 0 before the first reply.
+    interval_ms: AtomicU64,
+    /// Where on the timer, modulo the interval, the store's intervals start (ms).
+    offset_ms: AtomicU64,
+    /// When the last reply came, on the timer (ms).
+    heard_ms: AtomicU64,
+}
+
+impl StoreClock {
+    fn note(&self, now: Duration, phase: Duration, round_trip: Duration, interval_ms: u64) {
+        if interval_ms == 0 {
+            return;
+        }
+        let interval = u128::from(interval_ms);
+        let back = (round_trip.as_millis() / 2 + phase.as_millis()) % interval;
+        let offset = (now.as_millis() % interval + interval - back) % interval;
+        // Below the interval, which is a u64.
+        self.offset_ms.store(offset as u64, Ordering::Relaxed);
+        let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
+        self.heard_ms.store(now_ms, Ordering::Relaxed);
+        self.interval_ms.store(interval_ms, Ordering::Release);
+    }
+
+    fn until_end(&self, now: Duration) -> Option<Duration> {
+        let interval = u128::from(self.interval_ms.load(Ordering::Acquire));
+        if interval == 0 {
+            return None;
+        }
+        let heard = u128::from(self.heard_ms.load(Ordering::Relaxed));
+        if now.as_millis().saturating_sub(heard) > 2 * interval {
+            return None;
+        }
+        let offset = u128::from(self.offset_ms.load(Ordering::Relaxed));
+        let phase = (now.as_millis() % interval + interval - offset) % interval;
+        // In (0, interval]: a u64.
+        Some(Duration::from_millis((interval - phase) as u64))
+    }
+}
+
 /// The worker's timer, as a clock the handles read.
 struct WorkerClock(Arc<dyn Clock>);
 
@@ -395,4 +463,29 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn the_store_clock_is_known_from_a_reply_for_two_intervals() {
+        let clock = StoreClock::default();
+        assert_eq!(clock.until_end(MS(5)), None);
+        // Answered at 5 ms on the timer, 300 ms into a store interval of 1 s, after 40 ms.
+        clock.note(MS(5), MS(300), MS(40), 1000);
+        assert_eq!(clock.until_end(MS(5)), Some(MS(680)));
+        assert_eq!(clock.until_end(MS(684)), Some(MS(1)));
+        assert_eq!(clock.until_end(MS(685)), Some(MS(1000)));
+        assert_eq!(clock.until_end(MS(1685)), Some(MS(1000)));
+        assert_eq!(clock.until_end(MS(2005)), Some(MS(680)));
+        // No reply for two intervals: the store is not answering, and its clock unknown.
+        assert_eq!(clock.until_end(MS(2006)), None);
+        // A later reply moves it.
+        clock.note(MS(3000), MS(0), MS(0), 1000);
+        assert_eq!(clock.until_end(MS(3250)), Some(MS(750)));
+    }
 }
