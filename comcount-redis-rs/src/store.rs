@@ -138,6 +138,8 @@ fn failure<C: 'static>(error: redis::RedisError) -> StoreError {
 }
 
 /// Whether a connection of type `C` may send a command more than once on its own.
+// Without the `cluster` feature no connection does, and `C` goes unread.
+#[cfg_attr(not(feature = "cluster"), allow(clippy::extra_unused_type_parameters))]
 fn resends_unseen<C: 'static>() -> bool {
     #[cfg(feature = "cluster")]
     if TypeId::of::<C>() == TypeId::of::<redis::cluster_async::ClusterConnection>() {
