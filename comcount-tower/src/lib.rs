@@ -1,0 +1,133 @@
+//! Fleet-wide rate limits for [tower](https://docs.rs/tower) and
+//! [axum](https://docs.rs/axum) services, with no round trip per request.
+//!
+//! [`RateLimitLayer`] takes a key from each request (an API key header, the peer's address, a
+//! route), counts the request under it in a [`comcount_core::Family`], and answers it itself,
+//! `429 Too Many Requests` by default, once the key has passed its limit. Every instance of a
+//! service that counts in the same family (the same name, on the same store) shares each
+//! key's count, so the limit holds for the fleet, not for each instance: a limiter that counts
+//! alone lets a fleet of `P` instances through `P` times the limit.
+//!
+//! The decision makes no I/O: a request costs a lookup of its key or three (see
+//! [`Counting`]), and the family's worker sends every key's count to the store once an
+//! interval, in one round trip per partition. The family's interval is the limit's window:
+//! a limit of 100 on a family of 1 s is 100 requests a second.
+//!
+//! ```
+//! use std::borrow::Cow;
+//! use std::convert::Infallible;
+//! use std::time::Duration;
+//! use comcount_core::{Family, MemoryStore, clock::VirtualClock};
+//! use comcount_tower::RateLimitLayer;
+//! use futures::{executor::LocalPool, task::LocalSpawnExt};
+//! use http::{Request, Response, StatusCode};
+//! use tower::{Layer, ServiceExt, service_fn};
+//!
+//! // The family is built as any other: on Redis in production (comcount-redis-rs or
+//! // comcount-fred), with its worker spawned on your runtime. Here on the in-memory store,
+//! // on virtual time, with the worker on a local executor.
+//! let clock = VirtualClock::new();
+//! let (family, worker) = Family::builder("api", Duration::from_secs(1))
+//!     .max_keys(10_000)
+//!     .build(MemoryStore::with_clock(clock.clone()), clock.clone())?;
+//! let mut pool = LocalPool::new();
+//! pool.spawner().spawn_local(worker)?;
+//!
+//! // Two requests per API key and second, across every instance counting in "api".
+//! let layer = RateLimitLayer::new(family, 2, |request: &Request<()>| {
+//!     let key = request.headers().get("x-api-key")?.to_str().ok()?;
+//!     Some(Cow::Borrowed(key))
+//! });
+//! let service = layer.layer(service_fn(|_request: Request<()>| async {
+//!     Ok::<_, Infallible>(Response::new(String::from("hello")))
+//! }));
+//! let mut call = |key: &str| {
+//!     let request = Request::builder().header("x-api-key", key).body(()).unwrap();
+//!     let response = pool.run_until(service.clone().oneshot(request));
+//!     pool.run_until_stalled(); // the worker's turn
+//!     response.map(|response| response.status())
+//! };
+//!
+//! // The first request starts the family's flushes; the store answers the first at once.
+//! assert_eq!(call("globex")?, StatusCode::OK);
+//! assert_eq!(call("acme")?, StatusCode::OK);
+//! assert_eq!(call("acme")?, StatusCode::OK);
+//! assert_eq!(call("acme")?, StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(call("globex")?, StatusCode::OK);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The crate's example, `axum_limit`, is an axum service with a limit per API key, on Redis
+//! when one answers and on the in-memory store otherwise.
+//!
+//! # What it guarantees
+//!
+//! The count a decision reads is what `Family::increment` returns: the larger of the key's
+//! group total over the last closed interval and this instance's count not yet sent. Both
+//! halves are lower bounds on what was counted, so:
+//!
+//! - **No false rejection.** A request is refused only when the group counted more than the
+//!   limit over the last closed interval, or this instance alone counted more since its last
+//!   flush ([`decide`]). A count never overstates. While the store does not answer (a reply
+//!   came more than two intervals ago, or the family is closed), the instance's unsent count
+//!   grows over as many intervals as that lasts, and is not held against the limit: only a
+//!   group total still fresh can refuse then.
+//! - **Over-admission is possible, never hidden.** A key's group total arrives about an
+//!   interval late, and each instance knows only its own unsent count of the interval under
+//!   way. So in an interval where a key's traffic starts (a burst, or an instance that has
+//!   just started and knows no total yet), each of `P` instances may let the whole limit
+//!   through before the total catches up: up to `P` times the limit for that interval, as
+//!   much as separate limiters would, and no more than the limit again once the total is
+//!   known. While the store does not answer, keys are not limited once their totals go stale
+//!   (the limiter fails open rather than refusing what it cannot count). Measuring it under
+//!   steady load, bursts, cold starts and store cuts is the next step.
+//!
+//! # Which requests count
+//!
+//! [`Counting::Admitted`], the default, counts only the requests let through: it reads the
+//! key's two halves first (two lookups), counts only if it admits (a third). Concurrent
+//! requests of one key on one instance can each read the count below the limit before any of
+//! them is counted, and pass it by as many as are decided at the same instant.
+//! [`Counting::Every`] counts every request, refused ones included, with one lookup.
+//!
+//! # Keys from clients
+//!
+//! A key comes from the client, so nothing about it makes the layer panic, and it cannot grow
+//! memory without bound: the family holds at most its `max_keys` (100,000 by default), and
+//! forgets keys unused for its `evict_after`.
+//!
+//! A key the family refuses is **not limited**, and the family reports the refused calls as
+//! the diagnostic event `key refused` (`reason` `full`, `too_long` or `empty`), at most once
+//! an interval: a new key once the family holds `max_keys`, a key over 256 bytes, an empty
+//! key. Keys it already holds keep their limits. The other choice, counting every refused key
+//! under one shared overflow key, would refuse a client that never passed its own limit
+//! because of what other clients did, which is the false rejection this crate rules out; and
+//! a limit per key cannot stop a flood of distinct keys anyway, since each new key starts
+//! from nothing: that is authentication's job, or a limit per peer address. Size `max_keys`
+//! for the keys in use at once, and watch for `key refused`. A key that may be longer than
+//! 256 bytes is best hashed in the key function (with a hash every instance computes alike).
+//!
+//! # The refusal
+//!
+//! A refused request never reaches the wrapped service. [`TooManyRequests`] answers it with
+//! `429 Too Many Requests` and `Retry-After`: the seconds until the store's current interval
+//! ends, by the store's own clock, which every instance shares
+//! (`Family::until_interval_end`), rounded up. The total of the interval ending then comes
+//! with the flush after it, so a key refused for its group total can be refused once more
+//! right after, until that total arrives. While the store's clock is unknown (before its first
+//! reply, or while it does not answer) the header is left out. [`RateLimitLayer::on_reject`]
+//! builds a response of your own from the [`Rejection`].
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod decision;
+mod layer;
+mod response;
+
+pub use decision::{Decision, Knowledge, decide};
+pub use layer::{Counting, RateLimit, RateLimitLayer, ResponseFuture};
+pub use response::{OnReject, Rejection, TooManyRequests};
+
+/// This crate's README (the one crates.io shows), compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
