@@ -8,8 +8,8 @@
 //! key's count, so the limit holds for the fleet, not for each instance: a limiter that counts
 //! alone lets a fleet of `P` instances through `P` times the limit.
 //!
-//! The decision makes no I/O: a request costs a lookup of its key or three (see
-//! [`Counting`]), and the family's worker sends every key's count to the store once an
+//! The decision makes no I/O: a request costs one lookup of its key (three with
+//! [`Counting::Admitted`]), and the family's worker sends every key's count to the store once an
 //! interval, in one round trip per partition. The family's interval is the limit's window:
 //! a limit of 100 on a family of 1 s is 100 requests a second.
 //!
@@ -67,28 +67,33 @@
 //! halves are lower bounds on what was counted, so:
 //!
 //! - **No false rejection.** A request is refused only when the group counted more than the
-//!   limit over the last closed interval, or this instance alone counted more since its last
-//!   flush ([`decide`]). A count never overstates. While the store does not answer (a reply
-//!   came more than two intervals ago, or the family is closed), the instance's unsent count
-//!   grows over as many intervals as that lasts, and is not held against the limit: only a
-//!   group total still fresh can refuse then.
-//! - **Over-admission is possible, never hidden.** A key's group total arrives about an
+//!   limit in one interval of the store, or this instance alone counted more since its last
+//!   flush ([`decide`]); a count never overstates. A request counts in the interval its
+//!   flush lands in, and a flush carries what was counted since the one before: one
+//!   interval's worth while flushes go out every interval, which is the case a steady load
+//!   at the limit never is refused in (`tests/limits.rs`). An instance's first flushes, and
+//!   the first of a partition that had nothing to send for an interval, can carry up to
+//!   about an interval and a half: a key whose traffic starts then, at its limit, can be
+//!   counted past it once. While the store does not answer (no reply for two intervals, or
+//!   the family closed), the instance's unsent count grows over as many intervals as that
+//!   lasts, and is not held against the limit: only a group total still fresh refuses then.
+//! - **Over-admission is bounded by the instances.** A key's group total arrives about an
 //!   interval late, and each instance knows only its own unsent count of the interval under
-//!   way. So in an interval where a key's traffic starts (a burst, or an instance that has
+//!   way. So in the interval where a key's traffic starts (a burst, or an instance that has
 //!   just started and knows no total yet), each of `P` instances may let the whole limit
-//!   through before the total catches up: up to `P` times the limit for that interval, as
-//!   much as separate limiters would, and no more than the limit again once the total is
-//!   known. While the store does not answer, keys are not limited once their totals go stale
-//!   (the limiter fails open rather than refusing what it cannot count). Measuring it under
-//!   steady load, bursts, cold starts and store cuts is the next step.
+//!   through before the total catches up: up to `P` times the limit, as separate limiters
+//!   would. Once the total is known, [`Counting::Every`] holds the fleet to the limit. While
+//!   the store does not answer, keys whose totals went stale are not limited: the limiter
+//!   fails open rather than refuse what it cannot count.
 //!
 //! # Which requests count
 //!
-//! [`Counting::Admitted`], the default, counts only the requests let through: it reads the
-//! key's two halves first (two lookups), counts only if it admits (a third). Concurrent
-//! requests of one key on one instance can each read the count below the limit before any of
-//! them is counted, and pass it by as many as are decided at the same instant.
-//! [`Counting::Every`] counts every request, refused ones included, with one lookup.
+//! [`Counting::Every`], the default, counts every request, refused ones included, with one
+//! lookup of the key: once a key's total is known, the fleet admits no more than its limit,
+//! and a client that keeps asking for more is refused until it slows down.
+//! [`Counting::Admitted`] counts only the requests let through, at the cost of two lookups
+//! more, and lets a client that keeps asking past its limit through in waves. [`Counting`]
+//! has the figures.
 //!
 //! # Keys from clients
 //!
