@@ -71,7 +71,7 @@
 //!   flush ([`decide`]); a count never overstates. A request counts in the interval its
 //!   flush lands in, and a flush carries what was counted since the one before: one
 //!   interval's worth while flushes go out every interval, which is the case a steady load
-//!   at the limit never is refused in (`tests/limits.rs`). An instance's first flushes, and
+//!   at the limit never is refused in. An instance's first flushes, and
 //!   the first of a partition that had nothing to send for an interval, can carry up to
 //!   about an interval and a half: a key whose traffic starts then, at its limit, can be
 //!   counted past it once. While the store does not answer (no reply for two intervals, or
@@ -82,9 +82,14 @@
 //!   way. So in the interval where a key's traffic starts (a burst, or an instance that has
 //!   just started and knows no total yet), each of `P` instances may let the whole limit
 //!   through before the total catches up: up to `P` times the limit, as separate limiters
-//!   would. Once the total is known, [`Counting::Every`] holds the fleet to the limit. While
-//!   the store does not answer, keys whose totals went stale are not limited: the limiter
-//!   fails open rather than refuse what it cannot count.
+//!   would, and part of that again in the next interval, before the first total arrives in
+//!   its middle. Once the total is known, [`Counting::Every`] holds the fleet to the limit.
+//!   Measured with three axum instances on one Redis, a limit of 20 an interval and a key
+//!   asking 60 evenly over them (`tests/tests/tower_fleet.rs` in the repository): 60
+//!   admitted in the first interval, 29 to 51 in the second, none after. An instance lets
+//!   its key through unlimited until the store's first reply, a round trip after its first
+//!   request. While the store does not answer, keys whose totals went stale are not
+//!   limited: the limiter fails open rather than refuse what it cannot count.
 //!
 //! # Which requests count
 //!

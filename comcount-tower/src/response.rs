@@ -12,8 +12,8 @@ use crate::decision::retry_after_secs;
 /// Why a request was refused, handed to the response hook
 /// ([`RateLimitLayer::on_reject`](crate::RateLimitLayer::on_reject)).
 ///
-/// It is also an [`Error`], for a hook that turns a refusal into an error of the service's
-/// own (through a response type that carries one).
+/// It is also an [`Error`], with a message that says which limit was passed, for a hook that
+/// reports it or puts it in a response of its own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rejection<'a> {
     pub(crate) key: &'a str,
