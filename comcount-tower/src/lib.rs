@@ -77,6 +77,9 @@
 //!   counted past it once. While the store does not answer (no reply for two intervals, or
 //!   the family closed), the instance's unsent count grows over as many intervals as that
 //!   lasts, and is not held against the limit: only a group total still fresh refuses then.
+//!   Whether the store answers is the family's to say, not a partition's: on a Redis Cluster
+//!   where one shard stops answering while the others still do, the keys of that shard's
+//!   partitions are still held to their unsent counts, which then span the outage.
 //! - **Over-admission is bounded by the instances.** A key's group total arrives about an
 //!   interval late, and each instance knows only its own unsent count of the interval under
 //!   way. So in the interval where a key's traffic starts (a burst, or an instance that has
