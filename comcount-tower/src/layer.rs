@@ -297,14 +297,9 @@ impl<K, R> Config<K, R> {
                 (total.unwrap_or(0).max(unsent), Some(total))
             }
         };
-        let mut store_answers = None;
-        let decision = decide(counted, limit, || {
-            let until_end = family.until_interval_end();
-            store_answers = Some(until_end);
-            Knowledge {
-                group_total: group_total.unwrap_or_else(|| family.group_total(key)),
-                store_answers: until_end.is_some(),
-            }
+        let decision = decide(counted, limit, || Knowledge {
+            group_total: group_total.unwrap_or_else(|| family.group_total(key)),
+            store_answers: family.until_interval_end().is_some(),
         });
         match decision {
             Decision::Admit => {
@@ -317,7 +312,7 @@ impl<K, R> Config<K, R> {
                 key,
                 counted,
                 limit,
-                retry_after: store_answers.flatten(),
+                retry_after: family.until_interval_end(),
             })),
         }
     }

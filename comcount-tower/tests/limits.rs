@@ -347,11 +347,14 @@ fn a_request_without_a_key_is_not_counted() {
         .insert("x-api-key", HeaderValue::from_bytes(&[0xff, 0xfe]).unwrap());
     assert_eq!(fleet.send(0, odd).status(), StatusCode::OK);
     assert!(fleet.families[0].is_empty());
-    // A limit of 0 refuses every request with a key.
-    assert_eq!(
-        fleet.call(0, "acme").status(),
-        StatusCode::TOO_MANY_REQUESTS
-    );
+    // A limit of 0 refuses every request with a key, and says when to retry once the store
+    // has answered.
+    let refused = fleet.call(0, "acme");
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers().get(header::RETRY_AFTER), None);
+    let refused = fleet.call(0, "acme");
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
 }
 
 #[test]
