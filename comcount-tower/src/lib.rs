@@ -71,9 +71,9 @@
 //!   flush ([`decide`]); a count never overstates. A request counts in the interval its
 //!   flush lands in, and a flush carries what was counted since the one before: one
 //!   interval's worth while flushes go out every interval, which is the case a steady load
-//!   at the limit never is refused in. An instance's first flushes, and
-//!   the first of a partition that had nothing to send for an interval, can carry up to
-//!   about an interval and a half: a key whose traffic starts then, at its limit, can be
+//!   at the limit never is refused in. An instance's first flushes, and the first of a
+//!   partition that had nothing to send for an interval, can carry up to about an interval
+//!   and a half: a key whose traffic starts then, at its limit, can be
 //!   counted past it once. While the store does not answer (no reply for two intervals, or
 //!   the family closed), the instance's unsent count grows over as many intervals as that
 //!   lasts, and is not held against the limit: only a group total still fresh refuses then.
@@ -85,14 +85,18 @@
 //!   way. So in the interval where a key's traffic starts (a burst, or an instance that has
 //!   just started and knows no total yet), each of `P` instances may let the whole limit
 //!   through before the total catches up: up to `P` times the limit, as separate limiters
-//!   would, and part of that again in the next interval, before the first total arrives in
-//!   its middle. Once the total is known, [`Counting::Every`] holds the fleet to the limit.
+//!   would, and up to as much again in the next interval, before the first total arrives
+//!   with the flush in its middle. Once the total is known, [`Counting::Every`] holds the fleet to the limit.
 //!   Measured with three axum instances on one Redis, a limit of 20 an interval and a key
 //!   asking 60 evenly over them (`tests/tests/tower_fleet.rs` in the repository): 60
-//!   admitted in the first interval, 29 to 51 in the second, none after. An instance lets
-//!   its key through unlimited until the store's first reply, a round trip after its first
-//!   request. While the store does not answer, keys whose totals went stale are not
-//!   limited: the limiter fails open rather than refuse what it cannot count.
+//!   admitted in the first interval, 25 to 60 in the second, up to 20 in the third, none
+//!   after (the first total reaches each instance with its first flush after the key's
+//!   first interval has ended, about half an interval to an interval late). An instance that
+//!   joins a fleet holds nothing against the limit until the store's first reply (a round
+//!   trip after its first request), then its own count until a reply brings the key's total:
+//!   it let through 1 to 23 requests of a key the fleet was refusing, within 180 ms. While
+//!   the store does not answer, keys whose totals went stale are not limited: the limiter
+//!   fails open rather than refuse what it cannot count.
 //!
 //! # Which requests count
 //!
