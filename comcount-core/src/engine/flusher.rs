@@ -272,9 +272,6 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
         parts
             .alarm
             .answered(self.partition, sent, now, &parts.report);
-        parts
-            .shared
-            .note_store_clock(now, reply.phase, round_trip, parts.settings.interval_ms);
         let (request, batch) = (&self.request, &self.batch);
         self.freshness
             .learn(&reply, request, self.lane, round_trip, batch);

@@ -185,8 +185,8 @@ impl<'a, T: Timer> Freshness<'a, T> {
         }
     }
 
-    /// Learns the group's totals from `reply`, to `request` sent by lane `lane` of the
-    /// partition, whose copy took `round_trip`: the totals of the interval before, for the keys
+    /// Notes the store's clock as `reply` shows it, and learns the group's totals from it, a
+    /// reply to `request` sent by lane `lane` of the partition, whose copy took `round_trip`: the totals of the interval before, for the keys
     /// of `batch`, unless a later reply of another lane brought newer ones; and a counter's
     /// landed total, which becomes its group's total once its interval has ended.
     pub(crate) fn learn(
@@ -197,11 +197,15 @@ impl<'a, T: Timer> Freshness<'a, T> {
         round_trip: Duration,
         batch: &Batch,
     ) {
+        // Any reply shows the store's clock, a wrong interval's too.
+        let now = self.timer.now();
+        let interval_ms = u64::try_from(self.interval.as_millis()).unwrap_or(u64::MAX);
+        self.shared
+            .note_store_clock(now, reply.phase, round_trip, interval_ms);
         if reply.outcome == Outcome::WrongInterval || !self.totals.claim_reply(reply.interval, lane)
         {
             return;
         }
-        let now = self.timer.now();
         let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
         let totals = &reply.previous_totals;
         // Not once closed: a reply that comes as the family closes must not bring a total
