@@ -3,11 +3,12 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use comcount_core::diagnostics::{Event, Reporter};
 use comcount_core::script::ScriptLoader;
-use comcount_core::{FlushReply, FlushRequest, Store, StoreError, script};
+use comcount_core::{FlushReply, FlushRequest, Store, StoreError, keys, script};
 use fred::interfaces::{ClientLike, LuaInterface};
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
@@ -41,6 +42,9 @@ pub struct FredStore<C> {
     client: C,
     sha: Arc<str>,
     loader: Arc<ScriptLoader>,
+    /// Set by the first flush of the store or a clone, which reads the server's eviction
+    /// policy.
+    policy_read: Arc<AtomicBool>,
 }
 
 impl<C> FredStore<C>
@@ -62,6 +66,7 @@ where
             client,
             sha: script_sha(),
             loader: Arc::default(),
+            policy_read: Arc::default(),
         }
     }
 
@@ -99,7 +104,11 @@ where
         let (slot, arguments) = evalsha_arguments(&self.sha, request);
         let report = report.clone();
         let loader = Arc::clone(&self.loader);
+        let read_policy = !self.policy_read.swap(true, Ordering::Relaxed);
         async move {
+            if read_policy {
+                warn_of_eviction(&client, &report).await;
+            }
             let seen = loader.attempts();
             let once = client.with_options(&Options {
                 fail_fast: true,
@@ -138,6 +147,25 @@ where
 
 /// The flush script's SHA-1, hashed once per process: a service may build a store for each of
 /// thousands of counters.
+/// Reads the server's `maxmemory-policy` (`INFO memory`, which a user without `CONFIG` may run)
+/// and reports a policy that can evict a fence as a `store caveat`
+/// ([`eviction_caveat`](comcount_core::keys::eviction_caveat)). A server that refuses `INFO`
+/// is not warned of.
+async fn warn_of_eviction<C: ClientLike>(client: &C, report: &Reporter) {
+    let info = client
+        .custom::<String, _>(
+            CustomCommand::new_static("INFO", ClusterHash::Random, false),
+            vec!["memory"],
+        )
+        .await;
+    if let Some(caveat) = info.ok().as_deref().and_then(keys::eviction_caveat) {
+        report.emit(Event::StoreCaveat {
+            store: "fred",
+            caveat: &caveat,
+        });
+    }
+}
+
 fn script_sha() -> Arc<str> {
     static SHA: OnceLock<Arc<str>> = OnceLock::new();
     Arc::clone(SHA.get_or_init(|| fred::util::sha1_hash(script::SOURCE).into()))

@@ -4,11 +4,12 @@ use std::any::TypeId;
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use comcount_core::diagnostics::{Event, Reporter};
 use comcount_core::script::ScriptLoader;
-use comcount_core::{FlushReply, FlushRequest, Store, StoreError, script};
+use comcount_core::{FlushReply, FlushRequest, Store, StoreError, keys, script};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Value};
 
@@ -33,6 +34,9 @@ pub struct RedisStore<C> {
     connection: C,
     sha: Arc<str>,
     loader: Arc<ScriptLoader>,
+    /// Set by the first flush of the store or a clone, which reads the server's eviction
+    /// policy.
+    policy_read: Arc<AtomicBool>,
 }
 
 impl<C> RedisStore<C>
@@ -54,6 +58,7 @@ where
             connection,
             sha: script_sha(),
             loader: Arc::default(),
+            policy_read: Arc::default(),
         }
     }
 
@@ -93,7 +98,11 @@ where
         let evalsha = evalsha(&self.sha, request);
         let report = report.clone();
         let loader = Arc::clone(&self.loader);
+        let read_policy = !self.policy_read.swap(true, Ordering::Relaxed);
         async move {
+            if read_policy {
+                warn_of_eviction(&mut connection, &report).await;
+            }
             let seen = loader.attempts();
             let value = match evalsha.query_async::<Value>(&mut connection).await {
                 Ok(value) => value,
@@ -119,6 +128,23 @@ where
             };
             script::decode(request, &fields(&value)?)
         }
+    }
+}
+
+/// Reads the server's `maxmemory-policy` (`INFO memory`, which a user without `CONFIG` may run)
+/// and reports a policy that can evict a fence as a `store caveat`
+/// ([`eviction_caveat`](comcount_core::keys::eviction_caveat)). A server that refuses `INFO`
+/// is not warned of.
+async fn warn_of_eviction<C: ConnectionLike>(connection: &mut C, report: &Reporter) {
+    let info = redis::cmd("INFO")
+        .arg("memory")
+        .query_async::<String>(connection)
+        .await;
+    if let Some(caveat) = info.ok().as_deref().and_then(keys::eviction_caveat) {
+        report.emit(Event::StoreCaveat {
+            store: "redis-rs",
+            caveat: &caveat,
+        });
     }
 }
 

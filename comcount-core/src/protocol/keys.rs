@@ -8,6 +8,12 @@
 //! key holding its total as an integer; each participant's fence is `prefix{name@p}:f:<id>`.
 //! A key belongs to the partition [`partition_of`] gives, which every participant computes
 //! alike.
+//!
+//! Every key expires by itself: an interval's after three intervals, a fence after its life
+//! ([`FlushRequest::fence_ttl_ms`](crate::FlushRequest::fence_ttl_ms)). A server must never
+//! evict a fence while the interval key it guards survives: a resent copy of a flush applied
+//! before would then be applied again. Only `maxmemory-policy noeviction` promises that;
+//! [`eviction_caveat`] tells a store what to warn of.
 
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
@@ -133,6 +139,33 @@ pub fn partition_of(key: &str, partitions: u32) -> u32 {
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
     (hash % u64::from(partitions)) as u32
+}
+
+/// What to warn of, if anything, for a Redis server whose `INFO memory` reply is `info`: every
+/// `maxmemory-policy` but `noeviction` may evict a fence under memory pressure, whether it
+/// picks among all keys (`allkeys-*`) or among those with an expiry (`volatile-*`, which every
+/// key of a counter has), while the interval key it guards survives. `None` for `noeviction`,
+/// and for a reply that names no policy.
+///
+/// ```
+/// use comcount_core::keys::eviction_caveat;
+///
+/// assert_eq!(eviction_caveat("# Memory\r\nmaxmemory_policy:noeviction\r\n"), None);
+/// let caveat = eviction_caveat("maxmemory_policy:volatile-lru\r\n").unwrap();
+/// assert!(caveat.contains("volatile-lru"));
+/// ```
+pub fn eviction_caveat(info: &str) -> Option<String> {
+    let policy = info
+        .lines()
+        .find_map(|line| line.strip_prefix("maxmemory_policy:"))?
+        .trim();
+    (policy != "noeviction").then(|| {
+        format!(
+            "the server's maxmemory-policy is {policy}: under memory pressure it may evict a \
+             participant's fence while the interval it guards survives, and a resent copy of a \
+             flush applied before would then be counted again; set maxmemory-policy noeviction"
+        )
+    })
 }
 
 #[cfg(test)]
