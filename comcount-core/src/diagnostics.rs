@@ -467,22 +467,26 @@ impl<A: Diagnostics, B: Diagnostics> Diagnostics for (A, B) {
 
 /// A counter's way to its [`Diagnostics`], with the counter's name attached. Stores receive one
 /// with every flush to report events of their own.
+///
+/// One pointer: a counter's task holds a few clones, and each flush in the air two more.
 #[derive(Clone)]
-pub struct Reporter {
+pub struct Reporter(Arc<Reporting>);
+
+struct Reporting {
     counter: Arc<str>,
     sink: Arc<dyn Diagnostics>,
     /// Whether the sink panicked while recording an event, shared by the clones.
-    sink_panicked: Arc<AtomicBool>,
+    sink_panicked: AtomicBool,
 }
 
 impl Reporter {
     /// A reporter for the counter named `counter`.
     pub fn new(counter: impl Into<Arc<str>>, sink: Arc<dyn Diagnostics>) -> Self {
-        Self {
+        Self(Arc::new(Reporting {
             counter: counter.into(),
             sink,
-            sink_panicked: Arc::default(),
-        }
+            sink_panicked: AtomicBool::new(false),
+        }))
     }
 
     /// Sends `event` to the diagnostics.
@@ -494,27 +498,27 @@ impl Reporter {
                 self.0.store(true, Ordering::Relaxed);
             }
         }
-        let unwinding = Unwinding(&self.sink_panicked);
-        self.sink.record(&self.counter, &event);
+        let unwinding = Unwinding(&self.0.sink_panicked);
+        self.0.sink.record(&self.0.counter, &event);
         std::mem::forget(unwinding);
     }
 
     /// Whether the sink has panicked while recording an event: a counter whose background task
     /// unwinds then reports nothing more to it, since a second panic would abort the process.
     pub(crate) fn sink_panicked(&self) -> bool {
-        self.sink_panicked.load(Ordering::Relaxed)
+        self.0.sink_panicked.load(Ordering::Relaxed)
     }
 
     /// The counter's name.
     pub fn counter(&self) -> &str {
-        &self.counter
+        &self.0.counter
     }
 }
 
 impl fmt::Debug for Reporter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Reporter")
-            .field("counter", &self.counter)
+            .field("counter", &self.0.counter)
             .finish_non_exhaustive()
     }
 }
