@@ -107,7 +107,8 @@ where
         let read_policy = !self.policy_read.swap(true, Ordering::Relaxed);
         async move {
             if read_policy {
-                warn_of_eviction(&client, &report).await;
+                // Boxed: once per store, out of every flush's future.
+                Box::pin(warn_of_eviction(&client, &report)).await;
             }
             let seen = loader.attempts();
             let once = client.with_options(&Options {
