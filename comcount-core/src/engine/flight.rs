@@ -15,6 +15,7 @@ use std::time::Duration;
 use futures::task::noop_waker_ref;
 
 use crate::diagnostics::Reporter;
+use crate::engine::policy::settling::push_sparingly;
 use crate::error::StoreError;
 use crate::protocol::reply::FlushReply;
 use crate::protocol::request::FlushRequest;
@@ -68,7 +69,7 @@ impl Flight {
         {
             Poll::Ready(answer) => Some(answer),
             Poll::Pending => {
-                self.awaited.push((now, copy));
+                push_sparingly(&mut self.awaited, (now, copy));
                 None
             }
         }

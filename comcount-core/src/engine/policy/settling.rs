@@ -146,6 +146,15 @@ pub(crate) struct Settling {
     unheard_since: Option<Duration>,
 }
 
+/// Pushes `item`, making room for just one at first: most flushes send one copy, and a
+/// counter keeps the room from one flush to the next, where `push` would make room for four.
+pub(crate) fn push_sparingly<T>(vec: &mut Vec<T>, item: T) {
+    if vec.capacity() == 0 {
+        vec.reserve_exact(1);
+    }
+    vec.push(item);
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Verdict {
     Counted(u64),
@@ -223,7 +232,7 @@ impl Settling {
         awaited: bool,
     ) -> Option<Duration> {
         if self.windows.last() != Some(&window) {
-            self.windows.push(window);
+            push_sparingly(&mut self.windows, window);
         }
         self.unheard_since.get_or_insert(now);
         self.last_sent = Some(now);
@@ -236,7 +245,7 @@ impl Settling {
             self.maybe_counted = true;
             self.awaited.remove(0)
         });
-        self.awaited.push(now);
+        push_sparingly(&mut self.awaited, now);
         dropped
     }
 
