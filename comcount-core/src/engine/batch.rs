@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::diagnostics::{Event, Reporter};
 use crate::engine::policy::settling::Step;
 use crate::error::{AmountError, StoreError};
-use crate::handle::settings::Settings;
+use crate::handle::settings::{self, Settings};
 use crate::handle::shared::Shared;
 use crate::handle::slot::Slot;
 use crate::protocol::keys::Layout;
@@ -48,8 +48,9 @@ pub(crate) struct Ages {
 
 impl Ages {
     /// The ages at `now` (on the worker's timer) for a counter of `settings`, whose totals
-    /// stay fresh for `stale_after`.
-    pub(crate) fn new(now: Duration, settings: &Settings, stale_after: Duration) -> Self {
+    /// last brought by copies that took `round_trip`.
+    pub(crate) fn new(now: Duration, settings: &Settings, round_trip: Duration) -> Self {
+        let stale_after = settings::stale_after(settings.interval, round_trip);
         let now_ms = millis(now);
         Self {
             epoch: now_ms / settings.interval_ms,

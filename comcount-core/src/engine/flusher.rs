@@ -12,7 +12,7 @@ use crate::diagnostics::Event;
 use crate::engine::batch::{Ages, Batch};
 use crate::engine::doubt::{Held, InDoubt};
 use crate::engine::flight::{Answer, Flight};
-use crate::engine::freshness::{Freshness, TotalsClock, Waited, stale_after};
+use crate::engine::freshness::{Freshness, TotalsClock, Waited};
 use crate::engine::parts::Parts;
 use crate::engine::policy::aim::Aim;
 use crate::engine::policy::lanes::{Lanes, Opener, Start};
@@ -105,10 +105,8 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
             ),
         };
         let seed = participant.as_u64() ^ (u64::from(partition) << 32);
-        let request =
-            FlushRequest::new(settings.space(partition), participant, settings.interval_ms)
-                .with_seq(lanes.resume_seq(parts.first_seq))
-                .with_fence_ttl_ms(settings.fence_ttl_ms);
+        let request = settings.request(partition, participant);
+        let request = request.with_seq(lanes.resume_seq(parts.first_seq));
         Self {
             freshness: Freshness::new(parts, partition, totals),
             batch: Batch::new(Arc::clone(&parts.shared), partition),
@@ -130,9 +128,8 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
     /// Waits for the first increment, then flushes, pauses and flushes again until stopped.
     pub(crate) async fn run(&mut self) -> Option<()> {
         let parts = self.parts;
-        self.freshness
-            .until(parts.shared.started(self.partition), None)
-            .await?;
+        let started = parts.shared.started(self.partition);
+        self.freshness.until(started, None).await?;
         loop {
             if self.lane >= self.lanes.wanted() {
                 // A lane after the first that is no longer wanted, between its flushes.
@@ -152,19 +149,18 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
             }
             parts.alarm.awaiting(self.partition, None);
             self.batch.release(Arc::make_mut(&mut self.request));
-            if self.lane == 0 && parts.settings.lanes_allowed() {
+            if self.lane == 0 {
                 let estimates = (&self.aim, self.settling.round_trip());
-                let interval = parts.settings.interval;
+                let (lanes, settings) = (self.lanes, &parts.settings);
                 self.opener
-                    .after_flush(self.lanes, interval, estimates, &parts.report);
+                    .after_flush(lanes, settings, estimates, &parts.report);
             }
             let now = parts.timer.now();
             let lanes = (self.lane, self.lanes.wanted());
             let last_added = self.settling.last_added();
             let pause = self.pause.after(settled, now, &self.aim, last_added, lanes);
-            self.freshness
-                .until(pending::<()>(), Some(now + pause))
-                .await?;
+            let resume_at = Some(now + pause);
+            self.freshness.until(pending::<()>(), resume_at).await?;
         }
     }
 
@@ -172,24 +168,12 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
     /// counter is closed. `flight` is clear.
     async fn fly(&mut self) -> Option<Settled> {
         let parts = self.parts;
-        let now = parts.timer.now();
-        let round_trip = self.settling.round_trip().smoothed().unwrap_or_default();
-        let stale_after = stale_after(parts.settings.interval, round_trip);
-        let ages = Ages::new(now, &parts.settings, stale_after);
-        parts.shared.epoch.fetch_max(ages.epoch, Relaxed);
-        self.doubt.expire(now, &parts.report);
-        // No copy of the last flush is left to share the request, so this takes no copy.
-        let request = Arc::make_mut(&mut self.request);
-        if !parts
-            .shared
-            .while_open(|| self.batch.gather(request, ages))?
-        {
+        if !self.gather()? {
             return Some(Settled::NotCounted);
         }
-        request.seq += 1;
-        self.lanes.took_seq(request.seq);
+        self.lanes.took_seq(self.request.seq);
         self.unsettled = true;
-        self.settling.start(now);
+        self.settling.start(parts.timer.now());
         loop {
             let now = parts.timer.now();
             match self.settling.next(now) {
@@ -226,6 +210,25 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
                 }
             }
         }
+    }
+
+    /// Takes the buffers into the request under the next sequence number; whether there is
+    /// anything to flush, `None` once the counter is closed. Apart from [`fly`](Self::fly), so
+    /// that what it works with takes no room in the task while the flush is awaited.
+    fn gather(&mut self) -> Option<bool> {
+        let parts = self.parts;
+        let now = parts.timer.now();
+        let round_trip = self.settling.round_trip().smoothed().unwrap_or_default();
+        let ages = Ages::new(now, &parts.settings, round_trip);
+        parts.shared.epoch.fetch_max(ages.epoch, Relaxed);
+        self.doubt.expire(now, &parts.report);
+        // No copy of the last flush is left to share the request, so this takes no copy.
+        let request = Arc::make_mut(&mut self.request);
+        let gathered = parts
+            .shared
+            .while_open(|| self.batch.gather(request, ages))?;
+        request.seq += u64::from(gathered);
+        Some(gathered)
     }
 
     /// Waits for an answer of a copy in the air, until `until` or the slow-store alarm's next

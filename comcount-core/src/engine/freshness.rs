@@ -12,6 +12,7 @@ use crate::diagnostics::{Event, Reporter};
 use crate::engine::batch::Batch;
 use crate::engine::parts::Parts;
 use crate::engine::policy::lanes::MAX_LANES;
+use crate::handle::settings;
 use crate::handle::shared::Shared;
 use crate::protocol::keys::Layout;
 use crate::protocol::reply::{FlushReply, Outcome};
@@ -241,7 +242,7 @@ impl<'a, T: Timer> Freshness<'a, T> {
             return;
         };
         self.landed = None;
-        let fresh_until = landed.at + stale_after(self.interval, landed.round_trip);
+        let fresh_until = landed.at + settings::stale_after(self.interval, landed.round_trip);
         if fresh_until <= now || !self.totals.claim_landed(landed.interval) {
             return;
         }
@@ -283,7 +284,7 @@ impl<'a, T: Timer> Freshness<'a, T> {
             return;
         }
         let now = self.timer.now();
-        let fresh_until = now + stale_after(self.interval, round_trip);
+        let fresh_until = now + settings::stale_after(self.interval, round_trip);
         if let Some(went_stale_at) = self.totals.refreshed(now, fresh_until) {
             self.report.emit(Event::TotalFreshAgain {
                 stale_for: now.saturating_sub(went_stale_at),
@@ -397,12 +398,6 @@ fn landed_total(reply: &FlushReply, request: &FlushRequest) -> u64 {
         }
         _ => 0,
     }
-}
-
-/// How long a total brought by a copy that took `round_trip` stays fresh: two intervals, plus
-/// the round trip up to three intervals.
-pub(crate) fn stale_after(interval: Duration, round_trip: Duration) -> Duration {
-    interval * 2 + round_trip.min(interval * 3)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::error::ConfigError;
 use crate::handle::timing::{Policy, Timing};
 use crate::protocol::keys::KeySpace;
+use crate::protocol::participant::ParticipantId;
 use crate::protocol::request::FlushRequest;
 
 /// How long a fence lives at the least, whatever the interval: long enough that no stray copy
@@ -88,6 +89,13 @@ impl Settings {
             Some(_) => KeySpace::partition(&self.prefix, &self.name, partition),
             None => KeySpace::counter(&self.prefix, &self.name),
         }
+    }
+
+    /// A flush request of `participant` for `partition` (0 for a counter), with nothing in it
+    /// yet.
+    pub(crate) fn request(&self, partition: u32, participant: ParticipantId) -> FlushRequest {
+        FlushRequest::new(self.space(partition), participant, self.interval_ms)
+            .with_fence_ttl_ms(self.fence_ttl_ms)
     }
 
     /// How long the store's fence keeps a participant's last flush.
@@ -259,6 +267,12 @@ pub(crate) fn check_counter_name(name: &str) -> Result<(), ConfigError> {
         }
         _ => Ok(()),
     }
+}
+
+/// How long a total brought by a copy that took `round_trip` stays fresh: two intervals, plus
+/// the round trip up to three intervals.
+pub(crate) fn stale_after(interval: Duration, round_trip: Duration) -> Duration {
+    interval * 2 + round_trip.min(interval * 3)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use std::time::Duration;
 use crate::diagnostics::{Event, Reporter};
 use crate::engine::policy::aim::Aim;
 use crate::engine::policy::round_trip::RoundTrip;
+use crate::handle::settings::Settings;
 
 /// The most lanes a partition flushes through: enough for a round trip of three and a half
 /// intervals.
@@ -142,11 +143,14 @@ impl Opener {
     pub(crate) fn after_flush(
         &mut self,
         lanes: &Lanes,
-        interval: Duration,
+        settings: &Settings,
         (aim, round_trip): (&Aim, &RoundTrip),
         report: &Reporter,
     ) {
-        let path = round_trip.path();
+        if !settings.lanes_allowed() {
+            return;
+        }
+        let (interval, path) = (settings.interval, round_trip.path());
         let before = lanes.wanted();
         self.decide(lanes, path, interval, || Start {
             aim: aim.clone(),
