@@ -265,7 +265,7 @@ impl<K> Builder<K> {
             report: Reporter::new(Arc::clone(&settings.name), self.diagnostics),
             participant: self.participant.unwrap_or_else(ParticipantId::random),
             shared: Arc::clone(&shared),
-            store,
+            store: Arc::new(store),
             timer,
             settings,
         };

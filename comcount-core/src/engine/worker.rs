@@ -54,10 +54,10 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub(crate) fn new<S: Store, T: Timer>(parts: Parts<S, T>) -> Self {
+    pub(crate) fn new<S: Store, T: Timer>(parts: Parts<Arc<S>, T>) -> Self {
         Self {
             shared: Arc::clone(&parts.shared),
-            future: Box::pin(run(parts)),
+            future: Box::pin(run(Box::new(parts))),
         }
     }
 
@@ -104,16 +104,16 @@ impl fmt::Debug for Worker {
 /// nothing refreshes them after, and `counter stopped` is reported with what was never sent,
 /// unless the diagnostics sink is what panicked. It is the last thing the task drops, after
 /// its flushes in the air have put back what they certainly did not count.
-struct StopOnExit {
-    shared: Arc<Shared>,
-    report: Reporter,
+struct StopOnExit<'a> {
+    shared: &'a Shared,
+    report: &'a Reporter,
 }
 
-impl Drop for StopOnExit {
+impl Drop for StopOnExit<'_> {
     fn drop(&mut self) {
         self.shared.forget_totals();
         if !self.report.sink_panicked() {
-            self.shared.report_refused_keys(&self.report);
+            self.shared.report_refused_keys(self.report);
             let unsent = self.shared.unsent();
             self.report.emit(Event::CounterStopped { unsent });
         }
@@ -123,24 +123,19 @@ impl Drop for StopOnExit {
 
 /// Reports the start, then runs the flush loops of every partition until the counter is
 /// closed and they have accounted for their flushes.
-async fn run<S: Store, T: Timer>(parts: Parts<S, T>) {
-    let Parts {
-        shared,
-        store,
-        timer,
-        settings,
-        report,
-        participant,
-        first_seq,
-        alarm,
-    } = parts;
+///
+/// `parts` is used in place, not taken apart and put together again, and boxed: an async fn
+/// keeps room for its arguments both as passed and as moved into its body.
+async fn run<S: Store, T: Timer>(parts: Box<Parts<Arc<S>, T>>) {
+    let parts = &*parts;
     let _stop = StopOnExit {
-        shared: Arc::clone(&shared),
-        report: report.clone(),
+        shared: &parts.shared,
+        report: &parts.report,
     };
+    let (report, store) = (&parts.report, &parts.store);
     report.emit(Event::CounterStarted {
-        interval: settings.interval,
-        prefix: &settings.prefix,
+        interval: parts.settings.interval,
+        prefix: &parts.settings.prefix,
         store: store.name(),
     });
     if let Some(caveat) = store.caveat() {
@@ -149,27 +144,17 @@ async fn run<S: Store, T: Timer>(parts: Parts<S, T>) {
             caveat: &caveat,
         });
     }
-    let parts = Parts {
-        store: Arc::new(store),
-        shared,
-        timer,
-        settings,
-        report,
-        participant,
-        first_seq,
-        alarm,
-    };
     let partitions = parts.settings.partitions();
     if partitions == 1 {
         // A counter, or a family of one partition: its loops alone, without a join to poll
         // them through.
-        flush_partition(&parts, 0).await;
+        flush_partition(parts, 0).await;
     } else {
         // Each partition is polled when its own waker fires: a join that polls every child on
         // any wake (as `join_all` does up to 30) would poll all the partitions for the answer
         // of one.
         let mut loops: FuturesUnordered<_> = (0..partitions)
-            .map(|partition| flush_partition(&parts, partition))
+            .map(|partition| flush_partition(parts, partition))
             .collect();
         while loops.next().await.is_some() {}
     }
