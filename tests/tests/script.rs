@@ -1279,9 +1279,12 @@ async fn refused_as_the_server_said(
             return Err(Slipped(format!("{what}: {reply:?}")));
         }
     };
-    // Redis 7.2 and later name the command (NOPERM), 7.0 and 7.1 do not.
+    // Redis 7.2 and later, and Valkey, name the command (`ACL failure in script`); 7.0 and
+    // 7.1 do not.
     assert!(
-        text.contains("NOPERM") || text.contains("can't run this command"),
+        text.contains("NOPERM")
+            || text.contains("ACL failure in script")
+            || text.contains("can't run this command"),
         "{what}: {text}"
     );
     assert!(!text.contains("comcount:"), "{what}: {text}");
