@@ -211,3 +211,25 @@ fn a_fleet_restarted_instance_by_instance_loses_no_units() {
     assert!(failed.is_empty(), "{failed:?}");
     assert_eq!(stored, counted);
 }
+
+/// Units counted while the drain's flush is in the air go out with one more flush before the
+/// counter stops.
+#[test]
+fn what_is_counted_while_the_drains_flush_is_in_the_air_goes_out_too() {
+    let clock = VirtualClock::new();
+    let store = ScriptedStore::with_clock(clock.clone());
+    let (events, mut pool) = (Recorder::new(), LocalPool::new());
+    let counter = counter(&store, &clock, &events, &pool);
+    store.then(Step::Hold);
+    counter.increment(5);
+    let mut drained: Drained = Box::pin(counter.drain(INTERVAL * 10));
+    pool.run_until_stalled();
+    assert_eq!(store.held(), 1, "the drain's flush is held");
+    counter.increment(3);
+    assert_eq!(store.release(), 1);
+    let (unsent, _) = run_until_drained(&mut pool, &clock, &mut drained, INTERVAL * 10).unwrap();
+    assert_eq!(unsent, 0);
+    let sent: Vec<u64> = store.requests().iter().map(|r| r.amount()).collect();
+    assert_eq!(sent.iter().sum::<u64>(), 8, "{sent:?}");
+    assert!(events.with_message("flush failed").is_empty());
+}
