@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use comcount_core::{Counter, Family, MemoryStore, clock::VirtualClock};
 use futures::task::noop_waker_ref;
-use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, Stats, StatsAlloc};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -77,18 +77,45 @@ fn assert_no_allocation(what: &str, increment: impl Fn() -> u64 + Sync) {
         "{what}: {N} increments on one thread allocated: {alone:?}"
     );
 
-    // Several threads at once. Spawning allocates, and so does a new thread setting itself
-    // up (and its first lookup), so the threads are spawned, count once, and wait until all
-    // are running before the count starts; they are released together once it has, and stay
-    // alive until it has been read, so that nothing they do on exit is counted. They are
-    // joined before the next count starts: a thread's locals are torn down after its closure
-    // returns, which is all the scope waits for, and what that frees or allocates would
-    // otherwise land in the next count.
+    // Several threads at once. The allocator counts for the whole process, and on a busy
+    // machine something outside the counter has been seen to allocate a few hundred bytes,
+    // once, while the threads counted; an increment that allocated would do so in every
+    // attempt, so the count is taken up to three times and one clean attempt passes.
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        let together = count_on_threads(&increment);
+        attempts.push(together);
+        if (together.allocations, together.reallocations) == (0, 0) {
+            break;
+        }
+    }
+    let done = attempts.len() as u64;
+    let expected = before + N + done * (THREADS as u64 + (THREADS as u64 + 1) * N);
+    assert_eq!(increment(), expected + 1, "{what}");
+    let last = attempts.last().expect("one attempt at least");
+    assert_eq!(
+        (last.allocations, last.reallocations),
+        (0, 0),
+        "{what}: {N} increments on each of {} threads allocated, in each of {done} attempts: \
+         {attempts:?}",
+        THREADS + 1
+    );
+}
+
+/// Counts `N` increments on each of `THREADS + 1` threads at once, after one each to set the
+/// thread up, and returns what was allocated meanwhile.
+fn count_on_threads(increment: &(impl Fn() -> u64 + Sync)) -> Stats {
+    // Spawning allocates, and so does a new thread setting itself up (and its first lookup),
+    // so the threads are spawned, count once, and wait until all are running before the count
+    // starts; they are released together once it has, and stay alive until it has been read,
+    // so that nothing they do on exit is counted. They are joined before the next count
+    // starts: a thread's locals are torn down after its closure returns, which is all the
+    // scope waits for, and what that frees or allocates would otherwise land in the next count.
     let ready = Barrier::new(THREADS + 1);
     let start = Barrier::new(THREADS + 1);
     let done = Barrier::new(THREADS + 1);
     let exit = Barrier::new(THREADS + 1);
-    let together = thread::scope(|scope| {
+    thread::scope(|scope| {
         let mut threads = Vec::with_capacity(THREADS);
         for _ in 0..THREADS {
             let increment = &increment;
@@ -117,13 +144,5 @@ fn assert_no_allocation(what: &str, increment: impl Fn() -> u64 + Sync) {
             thread.join().expect("a counting thread panicked");
         }
         together
-    });
-    let expected = before + N + THREADS as u64 + (THREADS as u64 + 1) * N;
-    assert_eq!(increment(), expected + 1, "{what}");
-    assert_eq!(
-        (together.allocations, together.reallocations),
-        (0, 0),
-        "{what}: {N} increments on each of {} threads allocated: {together:?}",
-        THREADS + 1
-    );
+    })
 }
