@@ -231,16 +231,17 @@ impl<K> Builder<K> {
     /// longest, and `flush failed` then reports its amount as `unsettled`.
     ///
     /// `Duration::ZERO` sends no copy again for want of a reply, and gives the flush up at the
-    /// first copy that fails on the way, as the original design does: `dropped` if refused
-    /// outright, `unsettled` otherwise. A copy answered as a
-    /// wrong interval or fenced still goes again: nothing of it was counted.
+    /// first copy that fails on the way: `dropped` if refused outright, `unsettled` otherwise. A
+    /// copy answered as a wrong interval or fenced still goes again: nothing of it was counted.
     pub fn resend_window(mut self, window: Duration) -> Self {
         self.policy.resend_window = Some(window);
         self
     }
 
-    /// The original design's behaviour: [`Timing::AfterReply`] and no resending.
-    pub fn original_rules(self) -> Self {
+    /// The simplest rule, the baseline the defaults are measured against: [`Timing::AfterReply`]
+    /// and no resending. A participant then misses about one interval in
+    /// `interval / round trip`, and a flush whose reply is lost is given up.
+    pub fn after_reply_without_resend(self) -> Self {
         self.timing(Timing::AfterReply)
             .resend_window(Duration::ZERO)
     }

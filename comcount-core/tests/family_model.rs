@@ -180,7 +180,7 @@ struct Shape {
     partitions: u32,
     /// After how many intervals an idle key is evicted.
     evict_after: u64,
-    original_rules: bool,
+    after_reply_without_resend: bool,
 }
 
 impl World {
@@ -202,8 +202,8 @@ impl World {
                     .evict_after(ms(shape.evict_after * INTERVAL_MS))
                     .participant(ParticipantId::from_u64(id))
                     .diagnostics(failures.clone());
-                if shape.original_rules {
-                    builder = builder.original_rules();
+                if shape.after_reply_without_resend {
+                    builder = builder.after_reply_without_resend();
                 }
                 let (family, worker) = builder.build(store.clone(), clock.clone()).unwrap();
                 pool.spawner().spawn_local(worker).unwrap();
@@ -470,11 +470,11 @@ fn run_schedule(
 
 fn shape() -> impl Strategy<Value = Shape> {
     (1..=MAX_PARTICIPANTS, 2..=3u32, 1..=3u64, any::<bool>()).prop_map(
-        |(participants, partitions, evict_after, original_rules)| Shape {
+        |(participants, partitions, evict_after, after_reply_without_resend)| Shape {
             participants,
             partitions,
             evict_after,
-            original_rules,
+            after_reply_without_resend,
         },
     )
 }
@@ -517,7 +517,7 @@ fn without_faults_every_key_is_counted_once() {
         participants: 3,
         partitions: 3,
         evict_after: 1,
-        original_rules: false,
+        after_reply_without_resend: false,
     };
     let mut world = World::new(shape, Vec::new());
     // Each key is counted in two turns of six steps (ten units each), thirty-six steps

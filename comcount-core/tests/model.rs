@@ -108,7 +108,7 @@ struct World {
 }
 
 impl World {
-    fn new(participants: usize, faults: Vec<Fault>, original_rules: bool) -> Self {
+    fn new(participants: usize, faults: Vec<Fault>, after_reply_without_resend: bool) -> Self {
         let sim = Sim::new(ms(INTERVAL_MS), faults);
         let Sim {
             clock, store, pool, ..
@@ -123,8 +123,8 @@ impl World {
                 let mut builder = Counter::builder("model", ms(INTERVAL_MS))
                     .participant(ParticipantId::from_u64(id))
                     .diagnostics(drops.clone());
-                if original_rules {
-                    builder = builder.original_rules();
+                if after_reply_without_resend {
+                    builder = builder.after_reply_without_resend();
                 }
                 let (counter, worker) = builder.build(store.clone(), clock.clone()).unwrap();
                 pool.spawner().spawn_local(worker).unwrap();
@@ -279,9 +279,9 @@ fn run_schedule(
     participants: usize,
     steps: Vec<(u64, Step)>,
     faults: Vec<Fault>,
-    original_rules: bool,
+    after_reply_without_resend: bool,
 ) -> Result<(), TestCaseError> {
-    let mut world = World::new(participants, faults, original_rules);
+    let mut world = World::new(participants, faults, after_reply_without_resend);
     for (gap, step) in steps {
         world.sim.run_for(ms(gap));
         match step {
@@ -329,9 +329,9 @@ proptest! {
         participants in 1..=MAX_PARTICIPANTS,
         steps in prop::collection::vec(step(), 1..60),
         faults in prop::collection::vec(fault(INTERVAL_MS), 0..40),
-        original_rules in any::<bool>(),
+        after_reply_without_resend in any::<bool>(),
     ) {
-        run_schedule(participants, steps, faults, original_rules)?;
+        run_schedule(participants, steps, faults, after_reply_without_resend)?;
     }
 }
 

@@ -197,10 +197,12 @@ async fn a_hanging_flush_makes_the_total_go_stale<R: Runtime>(rt: R) {
     );
 }
 
-async fn under_the_original_rules_an_unanswered_flush_is_settled_by_the_next_one<R: Runtime>(
+async fn under_the_after_reply_without_resend_an_unanswered_flush_is_settled_by_the_next_one<
+    R: Runtime,
+>(
     rt: R,
 ) {
-    let s = Setup::with(rt, Builder::original_rules);
+    let s = Setup::with(rt, Builder::after_reply_without_resend);
     s.store.then([Action::Fail(lost)]);
     s.counter.increment(5);
     // Given up at once, not sent again: the next flush goes an interval later, with only what
@@ -749,7 +751,7 @@ on_every_runtime!(
     the_group_total_comes_back_with_the_next_flush,
     no_previous_total_leaves_the_buffer_as_the_count,
     a_hanging_flush_makes_the_total_go_stale,
-    under_the_original_rules_an_unanswered_flush_is_settled_by_the_next_one,
+    under_the_after_reply_without_resend_an_unanswered_flush_is_settled_by_the_next_one,
     an_unanswered_flush_is_resent_as_the_same_flush,
     a_hung_flush_times_out_and_is_resent,
     a_refused_flush_is_dropped_not_resent,

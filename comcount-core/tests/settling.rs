@@ -130,7 +130,7 @@ impl World {
     }
 }
 
-/// Under the original rules a copy turned away is not resent: the flush ends at once with
+/// Under the after-reply rule without resends a copy turned away is not resent: the flush ends at once with
 /// every copy answered "not applied". The client retries the copy on its own and it lands,
 /// so the amount must not be put back (which `all_answered_unapplied` alone would do, and
 /// count it twice): it waits in doubt, and the next flush applied finds it counted.
@@ -138,7 +138,7 @@ impl World {
 fn a_turned_away_copy_the_client_retries_is_not_put_back_when_the_flush_ends() {
     let mut w = World::new(
         vec![Fault::TurnedAwayThenReplayed { after: ms(30) }],
-        Builder::original_rules,
+        Builder::after_reply_without_resend,
     );
     let sent = w.sim.store.sends(ID).len();
     w.counter.increment(5);
@@ -610,7 +610,10 @@ fn unanswered_copies_past_the_resend_window_do_not_make_the_flush_loop_spin() {
     std::thread::spawn(move || {
         // With no resending, the window is over at the first timeout; with a short timeout,
         // its doublings are all over long before the flush is given up.
-        let mut r = Rig::new(|b| b.original_rules().flush_timeout(Duration::from_millis(10)));
+        let mut r = Rig::new(|b| {
+            b.after_reply_without_resend()
+                .flush_timeout(Duration::from_millis(10))
+        });
         r.store.then((0..20).map(|_| Act::Hang));
         r.counter.increment(5);
         r.run_for(Duration::from_secs(90));

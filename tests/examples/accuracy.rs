@@ -1,7 +1,7 @@
 //! How much each timing rule loses, on a real Redis behind a proxy that adds a round trip.
 //!
 //! For every setting (injected round trip × interval) it runs two fleets side by side, one
-//! under the original rules (a flush an interval after each reply, lost flushes dropped) and one
+//! under the after-reply rule (a flush an interval after each reply, lost flushes dropped) and one
 //! under this library's default (flushes aimed at mid-interval, lost flushes resent), and
 //! reports for each:
 //!
@@ -38,21 +38,21 @@ const TICK: Duration = Duration::from_millis(1);
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 enum Rules {
-    Original,
+    AfterReply,
     Aimed,
 }
 
 impl Rules {
     fn configure(self, builder: Builder) -> Builder {
         match self {
-            Rules::Original => builder.original_rules(),
+            Rules::AfterReply => builder.after_reply_without_resend(),
             Rules::Aimed => builder,
         }
     }
 
     fn label(self) -> &'static str {
         match self {
-            Rules::Original => "original",
+            Rules::AfterReply => "after-reply",
             Rules::Aimed => "aimed",
         }
     }
@@ -184,7 +184,7 @@ async fn run_setting(
         fastrand::u32(..)
     );
     let mut fleets = Vec::new();
-    for rules in [Rules::Original, Rules::Aimed] {
+    for rules in [Rules::AfterReply, Rules::Aimed] {
         fleets.push(start_fleet(rules, &proxy.url(), interval, &tag, &stop).await);
     }
 
@@ -261,7 +261,7 @@ async fn main() {
     );
     println!();
     println!(
-        "| round trip | interval | participant-intervals | missed, original | missed, aimed | undercount, original | undercount, aimed |"
+        "| round trip | interval | participant-intervals | missed, after-reply | missed, aimed | undercount, after-reply | undercount, aimed |"
     );
     println!("| --- | --- | --- | --- | --- | --- | --- |");
     for interval in [Duration::from_millis(100), Duration::from_secs(1)] {
@@ -274,15 +274,15 @@ async fn main() {
         for round_trip in [1, 5, 20].map(Duration::from_millis) {
             let outcomes =
                 run_setting(&server.url(), address, round_trip, interval, intervals).await;
-            let (original, aimed) = (&outcomes[&Rules::Original], &outcomes[&Rules::Aimed]);
+            let (after_reply, aimed) = (&outcomes[&Rules::AfterReply], &outcomes[&Rules::Aimed]);
             println!(
                 "| {} ms | {} ms | {} | {:.2}% | {:.2}% | {:.3}% | {:.3}% |",
                 round_trip.as_millis(),
                 interval.as_millis(),
                 aimed.participant_intervals,
-                100.0 * original.missed,
+                100.0 * after_reply.missed,
                 100.0 * aimed.missed,
-                100.0 * original.undercount,
+                100.0 * after_reply.undercount,
                 100.0 * aimed.undercount,
             );
         }

@@ -11,24 +11,24 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 
 use crate::connect::manager_with;
 
-/// The rules a fleet counts under: this library's defaults, or the original design's.
+/// The rules a fleet counts under: this library's defaults, or a flush an interval after each reply with no resends.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub enum Rules {
     /// The defaults: aimed flushes, copies resent.
     Default,
-    /// [`Builder::original_rules`]: a flush an interval after each reply, none resent.
-    Original,
+    /// [`Builder::after_reply_without_resend`]: a flush an interval after each reply, none resent.
+    AfterReply,
 }
 
 impl Rules {
     /// Both, defaults first.
-    pub const BOTH: [Rules; 2] = [Rules::Default, Rules::Original];
+    pub const BOTH: [Rules; 2] = [Rules::Default, Rules::AfterReply];
 
     /// Applies the rules to a counter being built.
     pub fn configure(self, builder: Builder) -> Builder {
         match self {
             Rules::Default => builder,
-            Rules::Original => builder.original_rules(),
+            Rules::AfterReply => builder.after_reply_without_resend(),
         }
     }
 
@@ -36,7 +36,7 @@ impl Rules {
     pub fn label(self) -> &'static str {
         match self {
             Rules::Default => "default",
-            Rules::Original => "original",
+            Rules::AfterReply => "after-reply",
         }
     }
 }

@@ -15,7 +15,7 @@ pub enum Timing {
     /// of an interval. The default.
     #[default]
     MidInterval,
-    /// Wait one interval after each reply, as the original design does. Each flush lands a
+    /// Wait one interval after each reply. Each flush lands a
     /// round trip later in its interval than the last, until one steps over an edge and leaves
     /// an interval without this participant's contribution: about one interval in
     /// `interval / round trip`.

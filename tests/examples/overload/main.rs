@@ -14,7 +14,7 @@
 //!    and a fresh participant per call, every call is the cheapest flush there is:
 //!    applied/one-key.
 //! 2. **Sweep.** 2 000, 5 000, 10 000 and 20 000 counters with a 100 ms interval, each
-//!    incremented every 50 ms, under the default rules and then under `original_rules()`, each
+//!    incremented every 50 ms, under the default rules and then under `after_reply_without_resend()`, each
 //!    on a fresh shared connection. After a warm-up, over a window it reports flushes asked
 //!    (counters × intervals), applied (`flush completed`), resent copies (copies of a flush
 //!    beyond its first), wrong-interval replies and error replies (counted in a wrapping

@@ -1,5 +1,5 @@
 //! Progress at any latency: a small fleet on a Redis whose round trip is a fraction of the
-//! interval up to several intervals, under the default rules and under `original_rules()`.
+//! interval up to several intervals, under the default rules and under `after_reply_without_resend()`.
 //!
 //! For each round trip (0.2, 0.5, 1, 1.5, 2 and 3 intervals, injected by a proxy that holds
 //! every reply back) it runs two fleets side by side through the same proxy, one per rule.
