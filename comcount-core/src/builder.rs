@@ -182,7 +182,7 @@ impl<K> Builder<K> {
     ///
     /// On a store farther away than an interval, a counter flushes through up to three more
     /// lanes, each under an id derived from this one (the same in every run), with a fence of
-    /// its own: the README's "How a flush settles" tells how. What follows holds for each.
+    /// its own: "Lanes" in docs/design.md tells how. What follows holds for each.
     ///
     /// # Restarting with the same id
     ///

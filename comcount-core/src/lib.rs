@@ -80,11 +80,6 @@ pub use protocol::request::{Entry, FlushRequest};
 pub use protocol::script;
 pub use protocol::store::Store;
 
-/// The README's examples, compiled and run as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeDoctests;
-
 /// This crate's own README (the one crates.io shows), compiled and run as doctests.
 #[cfg(all(doctest, feature = "tokio"))]
 #[doc = include_str!("../README.md")]

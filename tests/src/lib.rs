@@ -19,3 +19,14 @@ pub mod settings;
 pub mod shared;
 pub mod tls;
 pub mod zipf;
+
+/// The root README's examples, compiled (and those that need no server, run) as doctests here,
+/// where every crate and client they use is a dependency.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
+/// The examples of the diagnostics reference, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/diagnostics.md")]
+struct DiagnosticsDoctests;

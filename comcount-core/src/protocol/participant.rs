@@ -27,7 +27,7 @@ impl ParticipantId {
 
     /// The id that lane `lane` of this participant flushes under: itself for lane 0. A counter
     /// whose store is farther away than an interval flushes through up to four lanes (see the
-    /// README's "How a flush settles"), each with a fence of its own, whose key this names.
+    /// "Lanes" in docs/design.md), each with a fence of its own, whose key this names.
     /// The others' ids are a fixed mix of this one and the lane's number, the same in every
     /// run, as likely to meet another participant's id as a random draw is.
     ///
