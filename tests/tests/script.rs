@@ -1210,7 +1210,7 @@ async fn the_first_interval_brings_back_no_totals() {
     }
 }
 
-/// A write the server refuses for reasons of its own (here a user denied `HSET`, `HDEL` and
+/// A first write the server refuses for reasons of its own (here a user denied `HSET` and
 /// `INCRBY`, as `READONLY`, `OOM` or `NOREPLICAS` would too) comes back as the server said it:
 /// returned by the script, neither raised from within it nor taken for a key of another type,
 /// and nothing is written. For a counter, and for batches of one key and of 33, which go
@@ -1223,7 +1223,7 @@ async fn a_write_the_server_refuses_comes_back_as_the_server_said_it() {
     let mut admin = connect::multiplexed(&url).await;
     let () = redis::cmd("ACL")
         .arg(&["SETUSER", &user, "on", ">secret", "~*", "+@all"][..])
-        .arg(&["-hset", "-hdel", "-incrby"][..])
+        .arg(&["-hset", "-incrby"][..])
         .query_async(&mut admin)
         .await
         .unwrap();

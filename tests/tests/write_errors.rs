@@ -333,6 +333,44 @@ async fn a_user_denied_a_command_of_the_script_is_refused_fred() {
     refused_a_command_the_script_calls(|url| async move { fred(&url).await }).await;
 }
 
+/// A user denied a write that the script runs after its first (`PEXPIRE`, or the fence's
+/// `SET`) is refused before the first: nothing is written, so no flush is ever counted without
+/// the fence that keeps a replayed copy from counting it again.
+async fn refused_a_later_write<S: Store, F>(connect: impl Fn(String) -> F)
+where
+    F: std::future::Future<Output = S>,
+{
+    for denied in ["pexpire", "set"] {
+        let (server, url) = server_with_a_user_denied(&[denied]).await;
+        let store = connect(url).await;
+        for request in [
+            counter_flush(server.port()).await,
+            family_flush(server.port()).await,
+        ] {
+            let layout = request.space.layout();
+            let error = failure(&store, &request).await;
+            assert_lacks_permission(&error, denied, &format!("{} {layout:?}", store.name()));
+        }
+        let keys: i64 = command(server.port(), &["DBSIZE"]).await.unwrap();
+        assert_eq!(
+            keys,
+            0,
+            "{}: flushes by a user denied {denied} wrote {keys} keys",
+            store.name()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_denied_a_later_write_gets_nothing_written_redis_rs() {
+    refused_a_later_write(|url| async move { redis_rs(&url).await }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_denied_a_later_write_gets_nothing_written_fred() {
+    refused_a_later_write(|url| async move { fred(&url).await }).await;
+}
+
 /// A counter whose user may not `EVALSHA` reports its flush failed, its units dropped, with
 /// the server's words naming the command and the hint of what to grant.
 async fn reports_evalsha_denied<S: Store>(store: S) {

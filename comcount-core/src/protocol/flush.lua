@@ -39,6 +39,8 @@
 --   2      stale: the fence holds a later SEQ
 --   3      fenced: the fence holds an earlier SEQ applied in N or later
 --   error  N's key is not the layout's; 'c': its total would pass 2^63-1
+--   error  NOPERM: the user's ACL denies a write that comes after the first (PEXPIRE, SET,
+--          HDEL), checked before the first where the server has redis.acl_check_cmd
 --   error  as the server said it: the server refused the first write (READONLY, OOM,
 --          NOREPLICAS, MISCONF, NOPERM, ...)
 --   0      applied: 'c': INCRBY the total of N; 'f': HSET each key's new total in N. PEXPIRE
@@ -234,8 +236,25 @@ if fence then
   end
 end
 
+-- Redis checks a script's commands against the user's ACL one by one as they run, so a user
+-- denied a write that comes after the first would leave a flush counted without its fence,
+-- free to be counted again by a replayed copy. Every write after the first is checked before
+-- the first, with its keys (Redis 7.0 and later, Valkey; an older server runs without the
+-- check, and its user needs every command of the script granted).
+local function denied(command, ...)
+  if redis.acl_check_cmd and not redis.acl_check_cmd(command, ...) then
+    return redis.error_reply('NOPERM comcount: this user has no permissions to run the ' ..
+      "'" .. string.lower(command) .. "' command on " .. select(1, ...) .. ', which a ' ..
+      'flush runs after its first write; nothing was written')
+  end
+end
+
 local landed
 if outcome == 0 then
+  local refusal = denied('PEXPIRE', key, '1') or denied('SET', fence_key, '1', 'PX', '1')
+  if refusal then
+    return refusal
+  end
   if family then
     -- Every new total is worked out before the first write. Below 10^15 a sum is exact in a Lua
     -- number; a longer one is added as digits, and stops at the largest total.
@@ -289,6 +308,10 @@ if outcome == 0 then
     -- one, no key's, and goes at once.
     local written
     if k > 2 * TABLE_FROM then
+      local refusal = denied('HDEL', key, '')
+      if refusal then
+        return refusal
+      end
       written = redis.pcall('HSET', key, '', string.rep('-', 1025), unpack(changes))
       if type(written) ~= 'table' then
         redis.call('HDEL', key, '')
