@@ -13,32 +13,45 @@
 //!
 //! # Usage
 //!
+//! A complete program: it counts 1,000 requests a second for five seconds, prints what it
+//! knows of the fleet's count once a second, and sends what is left before it exits.
+//!
 //! ```no_run
 //! use std::time::Duration;
+//!
 //! use comcount_fred::{Counter, FredStore, clock::TokioTimer};
-//! use comcount_fred::fred::prelude::*;
 //!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! // A client that reconnects for ever, initialized.
-//! let store = FredStore::connect("redis://127.0.0.1:6379").await?;
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // A client that reconnects for ever, initialized; every counter may share it.
+//!     let store = FredStore::connect("redis://127.0.0.1:6379").await?;
+//!     let (requests, worker) = Counter::builder("requests", Duration::from_secs(1))
+//!         .prefix("demo:")
+//!         .build(store, TokioTimer::new())?;
+//!     tokio::spawn(worker); // sends the local count to Redis once a second
 //!
-//! let (counter, worker) = Counter::builder("requests", Duration::from_secs(5))
-//!     .prefix("my-service:")
-//!     .build(store.clone(), TokioTimer::new())?;
-//! tokio::spawn(worker);
-//!
-//! // Wherever the thing being counted happens:
-//! let count = counter.increment(1);
-//! if count > 10_000 {
-//!     // The group has reached at least 10 000: shed load, alert, ...
+//!     let mut tick = tokio::time::interval(Duration::from_millis(10));
+//!     for step in 1..=500 {
+//!         tick.tick().await;
+//!         let mut count = 0;
+//!         for _ in 0..10 {
+//!             count = requests.increment(1); // one atomic add: no lock, no I/O
+//!         }
+//!         if step % 100 == 0 {
+//!             let total = requests.group_total();
+//!             println!("{} s: count {count}, fleet total last interval {total:?}", step / 100);
+//!         }
+//!     }
+//!     // Send what is still buffered before the process exits.
+//!     let unsent = requests.drain(Duration::from_secs(3)).await;
+//!     println!("stopped with {unsent} units unsent");
+//!     Ok(())
 //! }
-//!
-//! // No parting flush: close() stops the worker and sends nothing. The client is yours.
-//! counter.close();
-//! store.client().quit().await?;
-//! # Ok(())
-//! # }
 //! ```
+//!
+//! Alone against a local Redis, from the third second on it prints `count 1000, fleet total
+//! last interval Some(1000)`: the fleet's 1,000 of the interval before. `close()` instead of
+//! `drain` stops at once and sends nothing more. The client is yours to quit.
 //!
 //! fred needs tokio: the store works on tokio's runtime only, with
 //! [`TokioTimer`](clock::TokioTimer).
