@@ -224,8 +224,15 @@ async fn run<S: Store + Clone>(
     for task in tasks {
         task.await?;
     }
-    for counter in &counters {
-        counter.close();
+    // Each participant sends what it still holds before it stops, as a service does on its
+    // way out: Redis takes one flush of a participant an interval, so this may take two.
+    let drains: Vec<_> = counters
+        .iter()
+        .map(|counter| counter.drain(Duration::from_millis(interval_ms * 4)))
+        .collect();
+    let mut unsent = 0;
+    for drain in drains {
+        unsent += drain.await;
     }
     let last = clock.now_ms() / interval_ms;
     held.read(&mut reader, &space, last, read_wait).await;
@@ -247,7 +254,7 @@ async fn run<S: Store + Clone>(
     let held_total = held.sum_from(first - 1);
     println!(
         "over the run: {events} events counted by the participants, {held_total} of them in \
-         the store's interval totals (the rest not yet sent when the run stopped)"
+         the store's interval totals; {unsent} left unsent when the participants drained"
     );
     println!(
         "given up: {} units reported dropped, {} unsettled",
