@@ -4,19 +4,24 @@
 //! | level | message | attributes |
 //! | --- | --- | --- |
 //! | error | `flush failed` | `counter`, `error`, `seq`, `key` (families only), `dropped`, `unsettled` |
-//! | warn | `total went stale` | `counter`, `after` (ms) |
-//! | warn | `round trip slow` | `counter`, `round_trip` (ms), `interval` (ms) |
+//! | warn | `total went stale` | `counter`, `after_ms` |
+//! | warn | `round trip slow` | `counter`, `round_trip_ms`, `interval_ms` |
 //! | warn | `store caveat` | `counter`, `store`, `caveat` |
-//! | info | `round trip normal` | `counter`, `round_trip` (ms), `interval` (ms) |
-//! | info | `total fresh again` | `counter`, `stale_for` (ms) |
-//! | info | `flush lanes changed` | `counter`, `lanes`, `round_trip` (ms), `interval` (ms) |
-//! | info | `counter started` | `counter`, `interval` (ms), `prefix`, `store` |
+//! | info | `round trip normal` | `counter`, `round_trip_ms`, `interval_ms` |
+//! | info | `total fresh again` | `counter`, `stale_for_ms` |
+//! | info | `flush lanes changed` | `counter`, `lanes`, `round_trip_ms`, `interval_ms` |
+//! | info | `counter started` | `counter`, `interval_ms`, `prefix`, `store` |
 //! | warn | `key refused` | `counter`, `reason` (`empty`, `too_long`, `full`), `calls` |
 //! | info, warn | `counter stopped` | `counter`, `unsent`; warn when `unsent` is above 0 |
-//! | debug | `flush completed` | `counter`, `interval` (number), `amount`, `keys`, `count` |
+//! | debug | `flush completed` | `counter`, `interval`, `amount`, `keys`, `count`, `total` and `total_age_ms` (counters only, once known) |
+//! | debug | `keys held` | `counter`, `held`, `max_keys` (families only) |
 //! | debug | `script loaded` | `counter`, `sha` |
 //! | debug | `copy resent` | `counter`, `reason`, `copy`, `error` (when `reason` is `failed`) |
-//! | debug, trace | `flush answered` | `counter`, `outcome`, `interval` (number), `round_trip` (ms); trace when `outcome` is `applied` or `duplicate`, debug otherwise |
+//! | debug, trace | `flush answered` | `counter`, `outcome`, `interval`, `round_trip_ms`; trace when `outcome` is `applied` or `duplicate`, debug otherwise |
+//!
+//! Every attribute keeps one meaning in every event: `interval` is an interval number (the
+//! store's interval a flush was counted or answered in), `interval_ms` the interval's length. A
+//! duration's name ends with its unit, `_ms`, and its value is a whole number of milliseconds.
 //!
 //! A healthy counter says nothing above info. Events go to the [`log`] crate by default
 //! ([`LogDiagnostics`], target `comcount`, attributes as `key=value` in the line and as
@@ -138,6 +143,14 @@ pub enum Event<'a> {
         /// What `increment(0)` returns right after it: for a family, the largest of its keys'
         /// counts.
         count: u64,
+        /// A counter's group total right after it (what
+        /// [`Counter::group_total`](crate::Counter::group_total) returns), when known; `None`
+        /// for a family, whose totals are its keys'.
+        total: Option<u64>,
+        /// How long before it a reply last brought the counter's group total (what
+        /// [`Counter::total_age`](crate::Counter::total_age) returns), on the counter's timer;
+        /// `None` before the first, and for a family.
+        total_age: Option<Duration>,
     },
     /// A flush was given up without being counted, as far as the counter knows. Its amount
     /// is never sent again, and is in exactly one of the two attributes:
@@ -208,6 +221,16 @@ pub enum Event<'a> {
         reason: &'static str,
         /// How many calls were refused for it.
         calls: u64,
+    },
+    /// How many keys a family holds, against its cap
+    /// ([`max_keys`](crate::builder::Builder::max_keys)): said once an interval, and as it
+    /// stops. A counter never says it.
+    KeysHeld {
+        /// The keys the family holds now.
+        held: usize,
+        /// The most it may hold: a new key past it is refused
+        /// ([`KeyRefused`](Event::KeyRefused), reason `full`).
+        max_keys: usize,
     },
     /// After [`TotalWentStale`](Event::TotalWentStale), a reply brought a total again: said
     /// once each time a stale total recovers.
@@ -289,7 +312,7 @@ pub(crate) fn outcome_name(outcome: Outcome) -> &'static str {
 /// The value of an event's attribute.
 #[derive(Clone, Copy, Debug)]
 pub enum Value<'a> {
-    /// A number (durations are in milliseconds).
+    /// A number (durations are in milliseconds, under a name ending in `_ms`).
     U64(u64),
     /// A text.
     Str(&'a str),
@@ -321,7 +344,9 @@ impl Event<'_> {
             | Event::CounterStopped { .. }
             | Event::RoundTripNormal { .. }
             | Event::FlushLanesChanged { .. } => Level::Info,
-            Event::FlushCompleted { .. } | Event::ScriptLoaded { .. } => Level::Debug,
+            Event::FlushCompleted { .. } | Event::ScriptLoaded { .. } | Event::KeysHeld { .. } => {
+                Level::Debug
+            }
             Event::TotalFreshAgain { .. } => Level::Info,
             Event::CopyResent { .. } => Level::Debug,
             Event::FlushAnswered { outcome, .. } if outcome.is_counted() => Level::Trace,
@@ -344,6 +369,7 @@ impl Event<'_> {
             Event::ScriptLoaded { .. } => "script loaded",
             Event::TotalFreshAgain { .. } => "total fresh again",
             Event::KeyRefused { .. } => "key refused",
+            Event::KeysHeld { .. } => "keys held",
             Event::CopyResent { .. } => "copy resent",
             Event::FlushAnswered { .. } => "flush answered",
         }
@@ -359,7 +385,7 @@ impl Event<'_> {
                 prefix,
                 store,
             } => {
-                f("interval", ms(interval));
+                f("interval_ms", ms(interval));
                 f("prefix", Value::Str(prefix));
                 f("store", Value::Str(store));
             }
@@ -373,11 +399,19 @@ impl Event<'_> {
                 amount,
                 keys,
                 count,
+                total,
+                total_age,
             } => {
                 f("interval", Value::U64(*interval));
                 f("amount", Value::U64(*amount));
                 f("keys", Value::U64(*keys as u64));
                 f("count", Value::U64(*count));
+                if let Some(total) = total {
+                    f("total", Value::U64(*total));
+                }
+                if let Some(total_age) = total_age {
+                    f("total_age_ms", ms(total_age));
+                }
             }
             Event::FlushFailed {
                 error,
@@ -394,7 +428,7 @@ impl Event<'_> {
                 f("dropped", Value::U64(*dropped));
                 f("unsettled", Value::U64(*unsettled));
             }
-            Event::TotalWentStale { after } => f("after", ms(after)),
+            Event::TotalWentStale { after } => f("after_ms", ms(after)),
             Event::RoundTripSlow {
                 round_trip,
                 interval,
@@ -403,8 +437,8 @@ impl Event<'_> {
                 round_trip,
                 interval,
             } => {
-                f("round_trip", ms(round_trip));
-                f("interval", ms(interval));
+                f("round_trip_ms", ms(round_trip));
+                f("interval_ms", ms(interval));
             }
             Event::FlushLanesChanged {
                 lanes,
@@ -412,14 +446,18 @@ impl Event<'_> {
                 interval,
             } => {
                 f("lanes", Value::U64(u64::from(*lanes)));
-                f("round_trip", ms(round_trip));
-                f("interval", ms(interval));
+                f("round_trip_ms", ms(round_trip));
+                f("interval_ms", ms(interval));
             }
             Event::ScriptLoaded { sha } => f("sha", Value::Str(sha)),
-            Event::TotalFreshAgain { stale_for } => f("stale_for", ms(stale_for)),
+            Event::TotalFreshAgain { stale_for } => f("stale_for_ms", ms(stale_for)),
             Event::KeyRefused { reason, calls } => {
                 f("reason", Value::Str(reason));
                 f("calls", Value::U64(*calls));
+            }
+            Event::KeysHeld { held, max_keys } => {
+                f("held", Value::U64(*held as u64));
+                f("max_keys", Value::U64(*max_keys as u64));
             }
             Event::CopyResent {
                 reason,
@@ -439,7 +477,7 @@ impl Event<'_> {
             } => {
                 f("outcome", Value::Str(outcome_name(*outcome)));
                 f("interval", Value::U64(*interval));
-                f("round_trip", ms(round_trip));
+                f("round_trip_ms", ms(round_trip));
             }
         }
     }
@@ -520,5 +558,96 @@ impl fmt::Debug for Reporter {
         f.debug_struct("Reporter")
             .field("counter", &self.0.counter)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every event, each duration 7 s and each number something else.
+    fn every_event(error: &StoreError, mut each: impl FnMut(Event<'_>)) {
+        let d = Duration::from_secs(7);
+        each(Event::CounterStarted {
+            interval: d,
+            prefix: "p:",
+            store: "memory",
+        });
+        each(Event::StoreCaveat {
+            store: "memory",
+            caveat: "none",
+        });
+        each(Event::CounterStopped { unsent: 3 });
+        each(Event::FlushCompleted {
+            interval: 42,
+            amount: 2,
+            keys: 1,
+            count: 4,
+            total: Some(5),
+            total_age: Some(d),
+        });
+        each(Event::FlushFailed {
+            error,
+            seq: 9,
+            key: Some("k"),
+            dropped: 1,
+            unsettled: 2,
+        });
+        each(Event::RoundTripSlow {
+            round_trip: d,
+            interval: d,
+        });
+        each(Event::RoundTripNormal {
+            round_trip: d,
+            interval: d,
+        });
+        each(Event::FlushLanesChanged {
+            lanes: 2,
+            round_trip: d,
+            interval: d,
+        });
+        each(Event::TotalWentStale { after: d });
+        each(Event::ScriptLoaded { sha: "abc" });
+        each(Event::KeyRefused {
+            reason: "full",
+            calls: 6,
+        });
+        each(Event::KeysHeld {
+            held: 8,
+            max_keys: 10,
+        });
+        each(Event::TotalFreshAgain { stale_for: d });
+        each(Event::CopyResent {
+            reason: ResendReason::Failed,
+            copy: 2,
+            error: Some(error),
+        });
+        each(Event::FlushAnswered {
+            outcome: Outcome::Applied,
+            interval: 42,
+            round_trip: d,
+        });
+    }
+
+    #[test]
+    fn a_duration_is_named_with_its_unit_and_an_interval_is_a_number() {
+        let error = StoreError::refused("no");
+        let mut seen = 0;
+        every_event(&error, |event| {
+            event.attributes(|name, value| {
+                seen += 1;
+                let text = value.to_string();
+                assert_eq!(
+                    name.ends_with("_ms"),
+                    text == "7000",
+                    "{}: {name}={text}",
+                    event.message()
+                );
+                if name == "interval" {
+                    assert_eq!(text, "42", "{}", event.message());
+                }
+            });
+        });
+        assert!(seen > 30, "{seen} attributes");
     }
 }

@@ -78,7 +78,7 @@ fn a_tracing_subscriber_sees_the_counter_and_every_attribute_of_a_log_line() {
         assert!(failed.contains(field), "{field} missing from: {failed}");
     }
     let started = line("counter started");
-    for field in ["counter=log-bridge", "interval=1000", "store=scripted"] {
+    for field in ["counter=log-bridge", "interval_ms=1000", "store=scripted"] {
         assert!(started.contains(field), "{field} missing from: {started}");
     }
     assert!(line("counter stopped").contains("unsent=0"));

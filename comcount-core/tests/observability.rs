@@ -100,7 +100,7 @@ fn the_answers_and_the_copies_sent_again_are_reported() {
     assert_eq!(answered.len(), 1);
     assert_eq!(answered[0].level, Level::Trace);
     assert_eq!(answered[0].attribute("outcome"), Some("applied"));
-    assert_eq!(answered[0].attribute("round_trip"), Some("0"));
+    assert_eq!(answered[0].attribute("round_trip_ms"), Some("0"));
     assert_eq!(s.with_message("flush completed").len(), 1);
 
     // A copy fails on the way; the next one is applied.
@@ -207,7 +207,7 @@ fn a_stale_total_is_reported_fresh_again_once() {
     let fresh = s.with_message("total fresh again");
     assert_eq!(fresh.len(), 1, "{:?}", s.events.messages());
     assert_eq!(fresh[0].level, Level::Info);
-    let stale_for: u64 = fresh[0].attribute("stale_for").unwrap().parse().unwrap();
+    let stale_for: u64 = fresh[0].attribute("stale_for_ms").unwrap().parse().unwrap();
     assert!(stale_for > 0, "{fresh:?}");
     assert!(s.counter.group_total().is_some());
     assert!(s.counter.total_age().unwrap() < ms(50));

@@ -104,7 +104,7 @@ async fn silent_until_the_first_increment<R: Runtime>(rt: R) {
     assert_eq!(started.attribute("prefix"), Some("test:"));
     assert_eq!(started.attribute("store"), Some("scripted"));
     let interval_ms = s.interval().as_millis().to_string();
-    assert_eq!(started.attribute("interval"), Some(interval_ms.as_str()));
+    assert_eq!(started.attribute("interval_ms"), Some(interval_ms.as_str()));
 
     assert_eq!(s.counter.increment(2), 2);
     s.expect_within(2, "a completed flush", || {
@@ -186,7 +186,7 @@ async fn a_hanging_flush_makes_the_total_go_stale<R: Runtime>(rt: R) {
     let stale = s.events.with_message("total went stale");
     assert_eq!(stale.len(), 1);
     assert_eq!(stale[0].level, Level::Warn);
-    let after: u128 = stale[0].attribute("after").unwrap().parse().unwrap();
+    let after: u128 = stale[0].attribute("after_ms").unwrap().parse().unwrap();
     assert!(after >= 2 * s.interval().as_millis());
     // One flush is in the air: every copy sent since the hang carries its sequence number.
     let requests = s.store.requests();
@@ -590,7 +590,10 @@ async fn a_round_trip_above_half_the_interval_is_reported_once<R: Runtime>(rt: R
     let raised = expect_slow_warning(&s, first).await;
     assert_eq!(raised[0].level, Level::Warn);
     let interval_ms = s.interval().as_millis().to_string();
-    assert_eq!(raised[0].attribute("interval"), Some(interval_ms.as_str()));
+    assert_eq!(
+        raised[0].attribute("interval_ms"),
+        Some(interval_ms.as_str())
+    );
     // Still slow: no second warning.
     for _ in 0..4 {
         s.counter.increment(1);
@@ -627,7 +630,11 @@ async fn expect_slow_warning<R: Runtime>(s: &Setup<R>, first: Duration) -> Vec<R
     })
     .await;
     let raised = s.events.with_message("round trip slow");
-    let round_trip: u128 = raised[0].attribute("round_trip").unwrap().parse().unwrap();
+    let round_trip: u128 = raised[0]
+        .attribute("round_trip_ms")
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(round_trip > s.interval().as_millis() / 2);
     if s.rt.exact_time() {
         assert!(

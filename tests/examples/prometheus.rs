@@ -1,10 +1,11 @@
 //! A counter and a family reporting to Prometheus through `MetricsDiagnostics`.
 //!
 //! Installs the Prometheus recorder of `metrics-exporter-prometheus`, counts for a few seconds
-//! with a counter and a family on a real clock, and prints what a scrape would return. The
-//! store is Redis at `REDIS_URL` when that is set and answers, the in-memory store otherwise.
-//! Halfway through, the store stops answering for a few intervals (`--stall-ms`), so that the
-//! scrape shows copies sent again and answered late.
+//! with a counter and a family of three keys on a real clock (the family's cap is two keys, so
+//! the calls for the last key to come are refused), drains both, and prints what a scrape
+//! would return. The store is Redis at `REDIS_URL` when that is set and answers, the in-memory
+//! store otherwise. Halfway through, the store stops answering for a few intervals
+//! (`--stall-ms`), so that the scrape shows copies sent again and answered late.
 //!
 //! ```sh
 //! cargo run -p comcount-tests --example prometheus -- --duration-s 6 --interval-ms 200
@@ -105,7 +106,8 @@ async fn connect(url: &str) -> Result<RedisStore<ConnectionManager>, Box<dyn Err
 }
 
 /// Counts for the run's duration with a counter and a family of three tenants sharing
-/// `store`, both reporting to the log and to the metrics recorder.
+/// `store`, both reporting to the log and to the metrics recorder, then drains both. The
+/// family's cap is two keys: the calls for the last tenant to come are refused.
 async fn count<S: Store>(options: &Options, store: S) {
     let store = Arc::new(store);
     let (requests, worker) = Counter::builder("requests", options.interval)
@@ -116,6 +118,7 @@ async fn count<S: Store>(options: &Options, store: S) {
     let counter_worker = spawn(worker);
     let (tenants, worker) = Family::builder("tenants", options.interval)
         .prefix("example:")
+        .max_keys(2)
         .diagnostics((LogDiagnostics, MetricsDiagnostics))
         .build(Arc::clone(&store), TokioTimer::new())
         .expect("valid settings");
@@ -135,8 +138,9 @@ async fn count<S: Store>(options: &Options, store: S) {
         requests.group_total(),
         requests.total_age()
     );
-    requests.close();
-    tenants.close();
+    let timeout = options.interval * 5;
+    let unsent = tokio::join!(requests.drain(timeout), tenants.drain(timeout));
+    eprintln!("unsent after the drain: {unsent:?}");
     let _ = tokio::join!(counter_worker, family_worker);
 }
 

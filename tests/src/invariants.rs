@@ -1028,6 +1028,8 @@ mod tests {
                         amount: request.amount(),
                         keys: request.entries.len(),
                         count: request.amount(),
+                        total: None,
+                        total_age: None,
                     },
                 );
             }

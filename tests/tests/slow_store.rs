@@ -79,7 +79,7 @@ async fn count_through_a_slow_store<S: Store>(proxy: &Proxy, store: impl Fn() ->
     for p in &fleet {
         let slow = p.events.with_message("round trip slow");
         assert_eq!(slow.len(), 1, "{:?}", p.events.messages());
-        let round_trip: u128 = slow[0].attribute("round_trip").unwrap().parse().unwrap();
+        let round_trip: u128 = slow[0].attribute("round_trip_ms").unwrap().parse().unwrap();
         assert!(round_trip > interval.as_millis() / 2);
     }
     eprintln!("the total was known in {known} of {samples} samples");

@@ -6,9 +6,9 @@ use crate::error::StoreError;
 
 /// Sends events to the [`tracing`](https://docs.rs/tracing) crate, under the target
 /// `comcount`, at the event's level, with the event's constant message and its attributes as
-/// typed fields: numbers as `u64` (durations in milliseconds), texts as `&str`, the error as a
-/// `dyn Error`, and the counter's name as `counter`. Field names are those of the
-/// [table](super).
+/// typed fields: numbers as `u64` (durations in milliseconds, under names ending in `_ms`),
+/// texts as `&str`, the error as a `dyn Error`, and the counter's name as `counter`. Field
+/// names are those of the [table](super).
 ///
 /// ```
 /// use std::time::Duration;
@@ -32,14 +32,19 @@ pub struct TracingDiagnostics;
 #[derive(Default)]
 struct Fields<'a> {
     interval: Option<u64>,
+    interval_ms: Option<u64>,
     amount: Option<u64>,
     keys: Option<u64>,
     count: Option<u64>,
+    total: Option<u64>,
+    total_age_ms: Option<u64>,
+    held: Option<u64>,
+    max_keys: Option<u64>,
     dropped: Option<u64>,
     unsettled: Option<u64>,
-    after: Option<u64>,
-    round_trip: Option<u64>,
-    stale_for: Option<u64>,
+    after_ms: Option<u64>,
+    round_trip_ms: Option<u64>,
+    stale_for_ms: Option<u64>,
     copy: Option<u64>,
     lanes: Option<u64>,
     unsent: Option<u64>,
@@ -67,14 +72,19 @@ impl<'a> Fields<'a> {
     fn take(&mut self, name: &'static str, value: Value<'a>) {
         let number = match name {
             "interval" => &mut self.interval,
+            "interval_ms" => &mut self.interval_ms,
             "amount" => &mut self.amount,
             "keys" => &mut self.keys,
             "count" => &mut self.count,
+            "total" => &mut self.total,
+            "total_age_ms" => &mut self.total_age_ms,
+            "held" => &mut self.held,
+            "max_keys" => &mut self.max_keys,
             "dropped" => &mut self.dropped,
             "unsettled" => &mut self.unsettled,
-            "after" => &mut self.after,
-            "round_trip" => &mut self.round_trip,
-            "stale_for" => &mut self.stale_for,
+            "after_ms" => &mut self.after_ms,
+            "round_trip_ms" => &mut self.round_trip_ms,
+            "stale_for_ms" => &mut self.stale_for_ms,
             "copy" => &mut self.copy,
             "lanes" => &mut self.lanes,
             "unsent" => &mut self.unsent,
@@ -128,14 +138,19 @@ macro_rules! event_at {
             $level,
             counter = $counter,
             interval = f.interval,
+            interval_ms = f.interval_ms,
             amount = f.amount,
             keys = f.keys,
             count = f.count,
+            total = f.total,
+            total_age_ms = f.total_age_ms,
+            held = f.held,
+            max_keys = f.max_keys,
             dropped = f.dropped,
             unsettled = f.unsettled,
-            after = f.after,
-            round_trip = f.round_trip,
-            stale_for = f.stale_for,
+            after_ms = f.after_ms,
+            round_trip_ms = f.round_trip_ms,
+            stale_for_ms = f.stale_for_ms,
             copy = f.copy,
             lanes = f.lanes,
             unsent = f.unsent,
@@ -329,7 +344,7 @@ mod tests {
             Some(&Typed::Str("wrong_interval".into()))
         );
         assert_eq!(answered.field("interval"), Some(&Typed::U64(42)));
-        assert_eq!(answered.field("round_trip"), Some(&Typed::U64(12)));
+        assert_eq!(answered.field("round_trip_ms"), Some(&Typed::U64(12)));
         // Attributes the event does not have are not recorded at all.
         assert_eq!(answered.field("amount"), None);
         assert_eq!(answered.field("attributes"), None);
@@ -344,7 +359,7 @@ mod tests {
         assert_eq!(failed.field("dropped"), Some(&Typed::U64(5)));
         assert_eq!(failed.field("unsettled"), Some(&Typed::U64(0)));
 
-        assert_eq!(events[3].field("stale_for"), Some(&Typed::U64(2000)));
+        assert_eq!(events[3].field("stale_for_ms"), Some(&Typed::U64(2000)));
     }
 
     #[test]
@@ -364,8 +379,14 @@ mod tests {
             Event::FlushCompleted {
                 interval: 1,
                 amount: 2,
-                keys: 3,
+                keys: 1,
                 count: 4,
+                total: Some(3),
+                total_age: Some(Duration::from_millis(250)),
+            },
+            Event::KeysHeld {
+                held: 3,
+                max_keys: 10,
             },
             Event::FlushFailed {
                 error: &error,

@@ -175,6 +175,15 @@ impl Batch {
         self.slots.iter().map(|s| s.count()).max().unwrap_or(0)
     }
 
+    /// A counter's group total and its age at `now`, as `flush completed` tells them.
+    pub(crate) fn total(
+        &self,
+        request: &FlushRequest,
+        now: Duration,
+    ) -> (Option<u64>, Option<Duration>) {
+        total(&self.slots, request, now)
+    }
+
     /// Returns the entries' amounts, certainly not counted, to their buffers.
     pub(crate) fn put_back(&self, request: &FlushRequest, report: &Reporter) {
         put_back(&self.slots, request, report);
@@ -196,6 +205,21 @@ impl Batch {
     /// is never evicted) until it knows where its amounts go.
     pub(crate) fn hand_over(&mut self) -> Vec<Arc<Slot>> {
         std::mem::take(&mut self.slots)
+    }
+}
+
+/// The group total of a counter's flush of `slots`, and how long before `now` a reply last
+/// brought it; neither for a family's, whose totals are its keys'.
+pub(crate) fn total(
+    slots: &[Arc<Slot>],
+    request: &FlushRequest,
+    now: Duration,
+) -> (Option<u64>, Option<Duration>) {
+    match slots {
+        [slot] if request.space.layout() == Layout::Counter => {
+            (slot.total.get(), slot.total_age(now))
+        }
+        _ => (None, None),
     }
 }
 

@@ -98,15 +98,25 @@ impl Held {
         }
     }
 
-    /// Accounts for it as `told`; returns it back for [`Told::Nothing`].
-    pub(crate) fn settle(self: Box<Self>, told: Told, report: &Reporter) -> Option<Box<Self>> {
+    /// Accounts for it as `told`, at `now`; returns it back for [`Told::Nothing`].
+    pub(crate) fn settle(
+        self: Box<Self>,
+        told: Told,
+        now: Duration,
+        report: &Reporter,
+    ) -> Option<Box<Self>> {
         match told {
-            Told::Counted(interval) => report.emit(Event::FlushCompleted {
-                interval,
-                amount: self.request.amount(),
-                keys: self.request.entries.len(),
-                count: self.slots.iter().map(|s| s.count()).max().unwrap_or(0),
-            }),
+            Told::Counted(interval) => {
+                let (total, total_age) = batch::total(&self.slots, &self.request, now);
+                report.emit(Event::FlushCompleted {
+                    interval,
+                    amount: self.request.amount(),
+                    keys: self.request.entries.len(),
+                    count: self.slots.iter().map(|s| s.count()).max().unwrap_or(0),
+                    total,
+                    total_age,
+                });
+            }
             Told::NotCounted => batch::put_back(&self.slots, &self.request, report),
             Told::Never => self.unsettled(report),
             Told::Nothing => return Some(self),
@@ -148,7 +158,7 @@ impl InDoubt {
     pub(crate) fn hear(&mut self, reply: &FlushReply, now: Duration, report: &Reporter) {
         if let Some(held) = self.held.take() {
             let told = held.doubt.told_by(reply, now, self.fence_ttl);
-            self.held = held.settle(told, report);
+            self.held = held.settle(told, now, report);
         }
     }
 

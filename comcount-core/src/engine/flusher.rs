@@ -141,7 +141,7 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
             let settled = settled?;
             if self.partition == 0 && self.lane == 0 {
                 // At most once an interval: a partition flushes at most once in each.
-                parts.shared.report_refused_keys(&parts.report);
+                parts.shared.report_keys(&parts.report);
             }
             if parts.shared.drain_by().is_some() && parts.shared.unsent_in(self.partition) == 0 {
                 // Drained: what the partition counted went out, and this loop's flush settled.
@@ -190,11 +190,14 @@ impl<'a, S: Store, T: Timer> Flusher<'a, S, T> {
                 }
                 Step::Wait(until) => self.wait(until).await?,
                 Step::Counted(interval) => {
+                    let (total, total_age) = self.batch.total(&self.request, parts.timer.now());
                     parts.report.emit(Event::FlushCompleted {
                         interval,
                         amount: self.request.amount(),
                         keys: self.request.entries.len(),
                         count: self.batch.count(),
+                        total,
+                        total_age,
                     });
                     return Some(Settled::Counted(interval));
                 }

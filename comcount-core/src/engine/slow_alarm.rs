@@ -305,8 +305,8 @@ mod tests {
         alarm.waiting(ms(0), ms(100), &report);
         let raised = recorder.with_message("round trip slow");
         assert_eq!(raised.len(), 1);
-        assert_eq!(raised[0].attribute("round_trip"), Some("100"));
-        assert_eq!(raised[0].attribute("interval"), Some("100"));
+        assert_eq!(raised[0].attribute("round_trip_ms"), Some("100"));
+        assert_eq!(raised[0].attribute("interval_ms"), Some("100"));
         alarm.answered(0, ms(0), ms(300), &report);
         alarm.waiting(ms(300), ms(700), &report);
         assert_eq!(alarm.next_check(ms(300)), None);

@@ -113,7 +113,7 @@ impl Drop for StopOnExit<'_> {
     fn drop(&mut self) {
         self.shared.forget_totals();
         if !self.report.sink_panicked() {
-            self.shared.report_refused_keys(self.report);
+            self.shared.report_keys(self.report);
             let unsent = self.shared.unsent();
             self.report.emit(Event::CounterStopped { unsent });
         }

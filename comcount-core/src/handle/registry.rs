@@ -105,6 +105,11 @@ impl Registry {
         self.keys.as_ref().map_or(1, |keys| keys.len())
     }
 
+    /// The most keys a family may hold; `None` for a single counter.
+    pub(crate) fn max_keys(&self) -> Option<usize> {
+        self.keys.as_ref().map(|_| self.max_keys)
+    }
+
     /// How many partitions there are.
     pub(crate) fn partitions(&self) -> u32 {
         self.partitions.len() as u32

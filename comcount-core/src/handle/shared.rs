@@ -203,13 +203,18 @@ impl Shared {
         true
     }
 
-    /// Reports the calls of a family's `increment` refused for their key since the last report.
-    pub(crate) fn report_refused_keys(&self, report: &Reporter) {
+    /// Reports the calls of a family's `increment` refused for their key since the last report,
+    /// then how many keys the family holds against its cap.
+    pub(crate) fn report_keys(&self, report: &Reporter) {
         for (reason, calls) in KEY_REFUSALS.iter().zip(&self.refused) {
             if calls.load(Ordering::Relaxed) > 0 {
                 let calls = calls.swap(0, Ordering::Relaxed);
                 report.emit(Event::KeyRefused { reason, calls });
             }
+        }
+        if let Some(max_keys) = self.keys.max_keys() {
+            let held = self.keys.len();
+            report.emit(Event::KeysHeld { held, max_keys });
         }
     }
 
