@@ -1,5 +1,6 @@
 //! One-line constructors: a store on a connection that survives a server restart, a failover or
-//! a dropped connection, with settings that suit a counter.
+//! a dropped connection, with settings that suit a counter. The one that reads any URL,
+//! `connect_any`, is in `any`.
 //!
 //! The settings are documented, with their reasons, on `manager_config` and `cluster_builder`.
 
@@ -37,6 +38,11 @@ impl RedisStore<ConnectionManager> {
     /// when the server cannot be reached, or at once when `url` is not a valid Redis URL. Works on
     /// tokio and smol alike.
     ///
+    /// For a URL that may name a cluster (`redis-cluster://`) or a primary behind sentinels
+    /// (`redis-sentinel://`) as well, the forms fred reads, use
+    /// [`connect_any`](RedisStore::connect_any): it opens whichever the scheme names. This
+    /// function refuses those schemes, with an error that says so.
+    ///
     /// ```no_run
     /// # #[cfg(feature = "tokio")]
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -55,6 +61,23 @@ impl RedisStore<ConnectionManager> {
     /// Counters can share the connection: build each with `store.clone()`. So can the rest of
     /// your code, through [`connection`](Self::connection).
     pub async fn connect(url: &str) -> Result<Self, redis::RedisError> {
+        if let Some((scheme, deployment)) = crate::urls::deployment(url)
+            && deployment != crate::urls::Deployment::Server
+        {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "not the URL of one server",
+                format!(
+                    "a {scheme}:// URL names a {}: connect with RedisStore::connect_any, which \
+                     reads it (feature `{}`)",
+                    match deployment {
+                        crate::urls::Deployment::Cluster => "Redis Cluster",
+                        _ => "primary through sentinels",
+                    },
+                    deployment.feature()
+                ),
+            )));
+        }
         let client = redis::Client::open(url)?;
         let connection = ConnectionManager::new_with_config(client, Self::manager_config()).await?;
         Ok(Self::new(connection))

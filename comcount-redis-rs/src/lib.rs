@@ -21,7 +21,7 @@
 //! | `cluster` | no | Redis Cluster through `redis::cluster_async::ClusterConnection` |
 //! | `tokio-rustls` | no | TLS (`rediss://`) on tokio through rustls (`redis/tokio-rustls-comp`), with ring as rustls's crypto provider |
 //! | `smol-rustls` | no | the same on smol (`redis/smol-rustls-comp`) |
-//! | `sentinel` | no | Redis Sentinel through `redis::sentinel` (`redis/sentinel`) |
+//! | `sentinel` | no | Redis Sentinel: `redis::sentinel` (`redis/sentinel`), and [`SentinelConnection`], which follows the primary through a failover; turns on `connection-manager` |
 //! | `tracing` | no | the core's `diagnostics::TracingDiagnostics`: events as `tracing` events with typed fields |
 //! | `metrics` | no | the core's `diagnostics::MetricsDiagnostics`: events as metrics through the `metrics` facade |
 //!
@@ -73,6 +73,34 @@
 //! [`RedisStore::cluster_builder`] say which and why, and are where to start to build one
 //! yourself. A bare `MultiplexedConnection` (`get_multiplexed_async_connection`) never
 //! reconnects: once it is lost every flush fails, and the counter warns of it when it starts.
+//!
+//! # One URL
+//!
+//! [`RedisStore::connect_any`] reads the URL forms fred reads, so one setting serves both
+//! crates, and opens what the scheme names, as an [`AnyConnection`]:
+//!
+//! - `redis://host:port/db`, `rediss://`, `redis+unix:///path`: one server, through the
+//!   `ConnectionManager` of [`RedisStore::connect`];
+//! - `redis-cluster://host:port?node=host:port&node=...` (feature `cluster`): the cluster
+//!   connection of [`RedisStore::connect_cluster`], seeded with every node named;
+//! - `redis-sentinel://host:26379?sentinelServiceName=NAME&node=host:port` (feature
+//!   `sentinel`): the primary those sentinels name, through a
+//!   [`SentinelConnection`], which asks them again when a
+//!   failover makes a command fail, and moves to the primary they name.
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "cluster", feature = "tokio"))]
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use comcount_redis_rs::RedisStore;
+//!
+//! let store =
+//!     RedisStore::connect_any("redis-cluster://10.0.0.1:7000?node=10.0.0.2:7000").await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A URL that is none of these, or whose scheme needs a feature this build leaves out, is a
+//! [`ConnectError`] that says what to write or which feature to turn on.
 //!
 //! # On smol
 //!
@@ -154,14 +182,26 @@ compile_error!(
 
 // The one-line constructors need a reconnecting connection: without either, nothing is left.
 #[cfg(any(feature = "connection-manager", feature = "cluster"))]
+mod any;
+#[cfg(any(feature = "connection-manager", feature = "cluster"))]
 mod connect;
 mod errors;
 mod reply;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 mod store;
+#[cfg(any(feature = "connection-manager", feature = "cluster"))]
+mod urls;
 
+#[cfg(any(feature = "connection-manager", feature = "cluster"))]
+pub use any::AnyConnection;
 pub use comcount_core::*;
 pub use redis;
+#[cfg(feature = "sentinel")]
+pub use sentinel::SentinelConnection;
 pub use store::RedisStore;
+#[cfg(any(feature = "connection-manager", feature = "cluster"))]
+pub use urls::ConnectError;
 
 /// The README crates.io shows, its examples compiled as doctests.
 #[cfg(all(doctest, feature = "tokio"))]

@@ -1,6 +1,6 @@
 //! The store: the flush script over any redis-rs async connection.
 
-use std::any::TypeId;
+use std::any::{Any, TypeId};
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
@@ -37,6 +37,9 @@ pub struct RedisStore<C> {
     /// Set by the first flush of the store or a clone, which reads the server's eviction
     /// policy.
     policy_read: Arc<AtomicBool>,
+    /// Whether the connection may send a command more than once on its own
+    /// ([`resends_unseen`]).
+    resends: bool,
 }
 
 impl<C> RedisStore<C>
@@ -55,6 +58,7 @@ where
     /// own instead.
     pub fn new(connection: C) -> Self {
         Self {
+            resends: resends_unseen(&connection),
             connection,
             sha: script_sha(),
             loader: Arc::default(),
@@ -99,6 +103,7 @@ where
         let report = report.clone();
         let loader = Arc::clone(&self.loader);
         let read_policy = !self.policy_read.swap(true, Ordering::Relaxed);
+        let resends = self.resends;
         async move {
             if read_policy {
                 // Boxed, as the load below: once per store, out of every flush's future.
@@ -110,10 +115,11 @@ where
                 // Boxed: few flushes find the script missing, and the room to load it would
                 // otherwise be in every flush in the air, a third of its size.
                 Err(error) if is_no_script(&error) => {
-                    let resend = load_and_resend(&evalsha, &mut connection, &loader, seen, &report);
+                    let resend =
+                        load_and_resend(&evalsha, &mut connection, &loader, seen, &report, resends);
                     Box::pin(resend).await?
                 }
-                Err(error) => return Err(failure::<C>(error)),
+                Err(error) => return Err(failure(error, resends)),
             };
             script::decode(request, &fields(&value)?)
         }
@@ -122,13 +128,14 @@ where
 
 /// Loads the flush script that the server lacked (once for the flushes of a store that found it
 /// missing together: `seen` is the loader's count of attempts before this flush was sent), and
-/// sends `evalsha` again.
+/// sends `evalsha` again. `resends`: whether the connection may send a command more than once.
 async fn load_and_resend<C>(
     evalsha: &Cmd,
     connection: &mut C,
     loader: &ScriptLoader,
     seen: u64,
     report: &Reporter,
+    resends: bool,
 ) -> Result<Value, StoreError>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -139,7 +146,7 @@ where
             load()
                 .query_async::<String>(&mut loading)
                 .await
-                .map_err(failure::<C>)
+                .map_err(|error| failure(error, resends))
         })
         .await?;
     if let Some(sha) = loaded {
@@ -148,7 +155,7 @@ where
     evalsha
         .query_async::<Value>(connection)
         .await
-        .map_err(failure::<C>)
+        .map_err(|error| failure(error, resends))
 }
 
 /// Reads the server's `maxmemory-policy` (`INFO memory`, which a user without `CONFIG` may run)
@@ -168,28 +175,38 @@ async fn warn_of_eviction<C: ConnectionLike>(connection: &mut C, report: &Report
     }
 }
 
-/// The store's error for a flush that failed with `error` on a connection of type `C`.
+/// The store's error for a flush that failed with `error` on a connection that may send a
+/// command more than once on its own (`resends`) or not.
 ///
 /// redis-rs's cluster connection sends a command again on its own after a lost connection or
 /// an I/O error, and returns only the last attempt's answer: an earlier attempt may have run.
 /// Its errors are marked as such ([`StoreError::after_unseen_resends`]), so that a refusal
 /// after an attempt that was applied is never reported dropped.
-fn failure<C: 'static>(error: redis::RedisError) -> StoreError {
+fn failure(error: redis::RedisError, resends: bool) -> StoreError {
     let failure = classify(error);
-    if resends_unseen::<C>() {
+    if resends {
         failure.after_unseen_resends()
     } else {
         failure
     }
 }
 
-/// Whether a connection of type `C` may send a command more than once on its own.
-// Without the `cluster` feature no connection does, and `C` goes unread.
-#[cfg_attr(not(feature = "cluster"), allow(clippy::extra_unused_type_parameters))]
-fn resends_unseen<C: 'static>() -> bool {
+/// Whether `connection` may send a command more than once on its own: a cluster connection,
+/// bare or as [`AnyConnection::Cluster`](crate::AnyConnection::Cluster).
+// Without a connection that resends, `connection` goes unread.
+#[cfg_attr(
+    not(any(feature = "connection-manager", feature = "cluster")),
+    allow(unused_variables)
+)]
+fn resends_unseen<C: 'static>(connection: &C) -> bool {
+    let connection: &dyn Any = connection;
     #[cfg(feature = "cluster")]
-    if TypeId::of::<C>() == TypeId::of::<redis::cluster_async::ClusterConnection>() {
+    if connection.is::<redis::cluster_async::ClusterConnection>() {
         return true;
+    }
+    #[cfg(any(feature = "connection-manager", feature = "cluster"))]
+    if let Some(any) = connection.downcast_ref::<crate::AnyConnection>() {
+        return any.resends_unseen();
     }
     false
 }
@@ -282,17 +299,40 @@ mod tests {
 
     #[test]
     fn a_connection_that_sends_once_reports_a_refusal_as_not_applied() {
-        let failure = failure::<MultiplexedConnection>(refusal());
+        let failure = failure(refusal(), false);
         assert_eq!(failure.kind(), comcount_core::StoreErrorKind::Refused);
         assert!(!failure.may_have_applied());
     }
 
-    #[cfg(feature = "cluster")]
     #[test]
     fn a_cluster_connections_refusal_may_follow_an_attempt_that_ran() {
-        let failure = failure::<redis::cluster_async::ClusterConnection>(refusal());
+        let failure = failure(refusal(), true);
         assert_eq!(failure.kind(), comcount_core::StoreErrorKind::Refused);
         assert!(failure.may_have_applied(), "{failure}");
         assert!(!failure.worth_resending());
+    }
+
+    #[test]
+    fn only_a_cluster_connection_resends_on_its_own() {
+        assert!(!resends_unseen(&0_u8));
+        #[cfg(feature = "connection-manager")]
+        {
+            // A manager that has never connected: built lazily, on a runtime, with no I/O.
+            #[cfg(feature = "tokio")]
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            #[cfg(feature = "tokio")]
+            let _entered = runtime.enter();
+            let client = redis::Client::open("redis://127.0.0.1:1/").expect("a client");
+            let manager = redis::aio::ConnectionManager::new_lazy_with_config(
+                client,
+                crate::RedisStore::manager_config(),
+            )
+            .expect("a lazy manager");
+            assert!(!resends_unseen(&manager));
+            assert!(!resends_unseen(&crate::AnyConnection::Server(manager)));
+        }
     }
 }
