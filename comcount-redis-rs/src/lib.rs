@@ -11,6 +11,52 @@
 //! re-exports both [`comcount_core`] (everything at the crate root) and [`redis`], so one
 //! dependency is enough.
 //!
+//! # A complete program
+//!
+//! It counts 1,000 requests a second for five seconds, prints what it knows of the fleet's
+//! count once a second, and sends what is left before it exits.
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "tokio", feature = "connection-manager"))]
+//! # mod program {
+//! use std::time::Duration;
+//!
+//! use comcount_redis_rs::{Counter, RedisStore, clock::TokioTimer};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // One connection for every counter of the process; it reconnects by itself.
+//!     let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+//!     let (requests, worker) = Counter::builder("requests", Duration::from_secs(1))
+//!         .prefix("demo:")
+//!         .build(store, TokioTimer::new())?;
+//!     tokio::spawn(worker); // sends the local count to Redis once a second
+//!
+//!     let mut tick = tokio::time::interval(Duration::from_millis(10));
+//!     for step in 1..=500 {
+//!         tick.tick().await;
+//!         let mut count = 0;
+//!         for _ in 0..10 {
+//!             count = requests.increment(1); // one atomic add: no lock, no I/O
+//!         }
+//!         if step % 100 == 0 {
+//!             let total = requests.group_total();
+//!             println!("{} s: count {count}, fleet total last interval {total:?}", step / 100);
+//!         }
+//!     }
+//!     // Send what is still buffered before the process exits.
+//!     let unsent = requests.drain(Duration::from_secs(3)).await;
+//!     println!("stopped with {unsent} units unsent");
+//!     Ok(())
+//! }
+//! # }
+//! # fn main() {}
+//! ```
+//!
+//! Alone against a local Redis, from the third second on it prints `count 1000, fleet total
+//! last interval Some(1000)`: the fleet's 1,000 of the interval before. `close()` instead of
+//! `drain` stops at once and sends nothing more.
+//!
 //! # Features
 //!
 //! | feature | default | gives |
@@ -32,34 +78,6 @@
 //! `redis::Client::build_with_tls`. rustls picks ring by itself only while no other crate
 //! turns on another provider of its (aws-lc-rs); if one does, install one for the process at
 //! start, `rustls::crypto::ring::default_provider().install_default()`.
-//!
-//! # On tokio
-//!
-//! ```no_run
-//! # #[cfg(all(feature = "tokio", feature = "connection-manager"))]
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::time::Duration;
-//! use comcount_redis_rs::{Counter, RedisStore, clock::TokioTimer};
-//!
-//! // A ConnectionManager, which reconnects by itself after a restart or a failover.
-//! let store = RedisStore::connect("redis://127.0.0.1/").await?;
-//!
-//! let (counter, worker) = Counter::builder("requests", Duration::from_secs(5))
-//!     .prefix("my-service:")
-//!     .build(store, TokioTimer::new())?;
-//! tokio::spawn(worker);
-//!
-//! // Wherever the thing being counted happens:
-//! let count = counter.increment(1);
-//! if count > 10_000 {
-//!     // The group has reached at least 10 000: shed load, alert, ...
-//! }
-//!
-//! // No parting flush: close() stops the worker and sends nothing.
-//! counter.close();
-//! # Ok(())
-//! # }
-//! ```
 //!
 //! Counters can share one connection: build each with a clone of the store.
 //!
