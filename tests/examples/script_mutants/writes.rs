@@ -209,13 +209,13 @@ pub(crate) const MUTANTS: &[Mutant] = &[
     ),
     m(
         "the server's error named as a foreign key",
-        "    return refusal\n",
-        "",
+        "1, true) then\n    return refusal\n",
+        "1, true) then\n",
     ),
     m(
         "the server's error dropped",
-        "    return refusal\n",
-        "    return\n",
+        "1, true) then\n    return refusal\n",
+        "1, true) then\n    return\n",
     ),
     m(
         "every error taken as about the key",
