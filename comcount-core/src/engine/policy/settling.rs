@@ -597,6 +597,29 @@ mod tests {
         StoreError::refused("WRONGTYPE").after_unseen_resends()
     }
 
+    #[test]
+    fn a_flush_is_kept_for_four_round_trips_on_a_far_store() {
+        // Each bound in turn: the resend window, four intervals, four round trips, and never
+        // past half the fence's life.
+        let limits = |resend_window, fence_ttl| Limits {
+            interval: ms(I),
+            resend_window,
+            fence_ttl,
+        };
+        let kept = |limits, round_trip: Option<u64>| {
+            let mut estimate = RoundTrip::new(ms(100), ms(I));
+            if let Some(round_trip) = round_trip {
+                estimate.sample(ms(round_trip));
+            }
+            Settling::new(limits, estimate).give_up_after()
+        };
+        assert_eq!(kept(limits(ms(1_000), ms(60_000)), None), ms(1_000));
+        assert_eq!(kept(limits(ms(0), ms(60_000)), None), ms(4 * I));
+        assert_eq!(kept(limits(ms(0), ms(60_000)), Some(900)), ms(3_600));
+        assert_eq!(kept(limits(ms(1_000), ms(60_000)), Some(900)), ms(3_600));
+        assert_eq!(kept(limits(ms(0), ms(2_000)), Some(900)), ms(1_000));
+    }
+
     /// Runs `rows` from a flush whose first copy is due at 0: a resend window of a second, a
     /// fence of a minute, and a flush timeout of 100 ms until a reply times the round trip.
     fn run(name: &str, rows: &[(u64, Ev, &str)]) {
