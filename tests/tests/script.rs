@@ -1217,13 +1217,31 @@ async fn the_first_interval_brings_back_no_totals() {
 /// through a hash table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_the_server_refuses_comes_back_as_the_server_said_it() {
+    refused_by_a_user_denied(&["-hset", "-incrby"], "the server's own words").await;
+}
+
+/// A user denied a write the script makes after its first (the expiry, the fence, the
+/// conversion of a large batch's hash) is refused before the first, in the script's own
+/// `NOPERM`: Redis checks a script's commands one by one as they run, and a flush counted
+/// without its fence could be counted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_after_the_first_the_acl_denies_leaves_every_key_as_it_was() {
+    for denied in ["-pexpire", "-set", "-hdel"] {
+        refused_by_a_user_denied(&[denied], "NOPERM comcount").await;
+    }
+}
+
+/// Flushes of a counter, and of family batches of one key and of 33, by a user denied
+/// `denied`: each refused, saying `says` when it is the script's own refusal, and nothing
+/// written. A batch of one writes no `HDEL`, so a user denied only that flushes it.
+async fn refused_by_a_user_denied(denied: &[&str], says: &str) {
     let url = shared::standalone_url();
     let inspector = &RedisInspector(connect::multiplexed(&url).await);
     let user = settings::unique_prefix("denied");
     let mut admin = connect::multiplexed(&url).await;
     let () = redis::cmd("ACL")
         .arg(&["SETUSER", &user, "on", ">secret", "~*", "+@all"][..])
-        .arg(&["-hset", "-incrby"][..])
+        .arg(denied)
         .query_async(&mut admin)
         .await
         .unwrap();
@@ -1234,15 +1252,28 @@ async fn a_write_the_server_refuses_comes_back_as_the_server_said_it() {
         .await
         .unwrap();
     let store = &Eval(connection);
-    in_an_interval(store, |requests, n| async move {
-        let before = inspector.snapshot(requests.base()).await;
-        let request = requests.flush(ParticipantId::random(), 1, 5, n);
-        let result = store.flush(&request, &reporter()).await;
-        refused_as_the_server_said(inspector, "a counter", requests.base(), &before, result).await
-    })
-    .await;
+    let own = says.starts_with("NOPERM comcount");
+    let only_hdel = denied == ["-hdel"];
+    if !only_hdel {
+        in_an_interval(store, |requests, n| async move {
+            let before = inspector.snapshot(requests.base()).await;
+            let request = requests.flush(ParticipantId::random(), 1, 5, n);
+            let result = store.flush(&request, &reporter()).await;
+            refused_as_said(
+                inspector,
+                "a counter",
+                requests.base(),
+                &before,
+                result,
+                own,
+            )
+            .await
+        })
+        .await;
+    }
     let keys: Vec<String> = (0..33).map(|i| format!("k{i}")).collect();
-    for count in [1, 33] {
+    let counts: &[usize] = if only_hdel { &[33] } else { &[1, 33] };
+    for &count in counts {
         let entries: Vec<(&str, u64)> = keys[..count].iter().map(|k| (k.as_str(), 1)).collect();
         let entries = &entries;
         in_a_family_interval(store, |family, n| async move {
@@ -1250,8 +1281,8 @@ async fn a_write_the_server_refuses_comes_back_as_the_server_said_it() {
             let before = inspector.snapshot(&base).await;
             let request = family.flush(0, ParticipantId::random(), 1, entries, n);
             let result = store.flush(&request, &reporter()).await;
-            let what = format!("a batch of {count}");
-            refused_as_the_server_said(inspector, &what, &base, &before, result).await
+            let what = format!("a batch of {count}, denied {denied:?}");
+            refused_as_said(inspector, &what, &base, &before, result, own).await
         })
         .await;
     }
@@ -1262,15 +1293,16 @@ async fn a_write_the_server_refuses_comes_back_as_the_server_said_it() {
         .unwrap();
 }
 
-/// Asserts that `result` is the server's error on a command the ACL denies, as the script
-/// returned it, and that nothing under `base` changed since `before`; `Slipped` when the flush
-/// came back as a wrong interval.
-async fn refused_as_the_server_said(
+/// Asserts that `result` is the error on a command the ACL denies: the script's own NOPERM when
+/// `own`, the server's as the script returned it otherwise; and that nothing under `base`
+/// changed since `before`; `Slipped` when the flush came back as a wrong interval.
+async fn refused_as_said(
     inspector: &RedisInspector<MultiplexedConnection>,
     what: &str,
     base: &str,
     before: &Snapshot,
     result: Result<FlushReply, StoreError>,
+    own: bool,
 ) -> Result<(), Slipped> {
     let text = match result {
         Err(error) => error.to_string(),
@@ -1279,15 +1311,23 @@ async fn refused_as_the_server_said(
             return Err(Slipped(format!("{what}: {reply:?}")));
         }
     };
-    // Redis 7.2 and later, and Valkey, name the command (`ACL failure in script`); 7.0 and
-    // 7.1 do not.
-    assert!(
-        text.contains("NOPERM")
-            || text.contains("ACL failure in script")
-            || text.contains("can't run this command"),
-        "{what}: {text}"
-    );
-    assert!(!text.contains("comcount:"), "{what}: {text}");
+    if own {
+        // The script's check, before its first write.
+        assert!(
+            text.contains("comcount: this user has no permissions"),
+            "{what}: {text}"
+        );
+    } else {
+        // Redis 7.2 and later, and Valkey, name the command (`ACL failure in script`); 7.0
+        // and 7.1 do not.
+        assert!(
+            text.contains("NOPERM")
+                || text.contains("ACL failure in script")
+                || text.contains("can't run this command"),
+            "{what}: {text}"
+        );
+        assert!(!text.contains("comcount:"), "{what}: {text}");
+    }
     // Raised by a call within the script, it would name the script's line.
     assert!(!text.contains("@user_script"), "{what}: {text}");
     assert_unchanged(before, &inspector.snapshot(base).await, what);
