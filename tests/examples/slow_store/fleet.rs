@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use comcount_core::clock::TokioTimer;
 use comcount_core::testing::Recorded;
 use comcount_core::{Counter, KeySpace};
+use comcount_inspect::Reader;
 use comcount_redis_rs::RedisStore;
-use comcount_tests::bench::{Rules, wall_interval};
+use comcount_tests::bench::Rules;
 use comcount_tests::connect::manager_with;
 use redis::aio::ConnectionManager;
 
@@ -26,6 +27,7 @@ pub(crate) async fn connect(url: &str) -> ConnectionManager {
 
 pub(crate) struct Fleet {
     pub(crate) rules: Rules,
+    pub(crate) prefix: String,
     pub(crate) space: KeySpace,
     pub(crate) counters: Vec<Counter>,
     pub(crate) tally: Arc<Tally>,
@@ -61,6 +63,7 @@ pub(crate) async fn start_fleet(
     Fleet {
         rules,
         space: KeySpace::counter(&prefix, name),
+        prefix,
         counters,
         tally,
         counted: Arc::new(AtomicU64::new(0)),
@@ -104,31 +107,39 @@ pub(crate) async fn drive(
     }
 }
 
-/// Reads every interval key of the fleets once it has closed, before it expires, and adds up
-/// what landed; runs until `done`.
+/// Adds up what landed in Redis for each fleet: each interval's total once the server's
+/// clock has left it, read before it expires; runs until `done`, then takes the open interval
+/// too, since nothing is flushed any more.
 pub(crate) async fn read_totals(
-    mut direct: ConnectionManager,
-    spaces: Vec<KeySpace>,
+    direct: ConnectionManager,
+    fleets: Vec<(String, &'static str)>,
     interval: Duration,
     done: Arc<AtomicBool>,
 ) -> Vec<u64> {
-    let mut landed = vec![0u64; spaces.len()];
-    let mut next = wall_interval(interval);
+    let mut readers: Vec<(Reader<ConnectionManager>, &str)> = fleets
+        .iter()
+        .map(|(prefix, name)| {
+            let reader = Reader::new(direct.clone(), prefix, interval).expect("valid settings");
+            (reader, *name)
+        })
+        .collect();
+    let mut landed = vec![0u64; readers.len()];
+    // Per fleet, the first interval not yet added up: the one the run starts in.
+    let mut next = Vec::new();
+    for (reader, _) in &mut readers {
+        next.push(reader.server_time().await.expect("TIME answers").interval);
+    }
     loop {
         let last_round = done.load(Ordering::Relaxed);
-        // Interval N is complete once the server's clock has left it; at the end, when
-        // nothing is flushed any more, the current one too.
-        let upto = wall_interval(interval) + u64::from(last_round);
-        while next < upto {
-            for (space, sum) in spaces.iter().zip(landed.iter_mut()) {
-                let total: Option<u64> = redis::cmd("GET")
-                    .arg(space.interval(next))
-                    .query_async(&mut direct)
-                    .await
-                    .expect("GET answers");
-                *sum += total.unwrap_or(0);
+        for (((reader, name), sum), next) in readers.iter_mut().zip(&mut landed).zip(&mut next) {
+            let totals = reader.counter_totals(name).await.expect("the totals read");
+            // Oldest first.
+            for total in totals.intervals.iter().rev() {
+                if total.interval >= *next && (!total.open || last_round) {
+                    *sum += total.total.unwrap_or(0);
+                    *next = total.interval + 1;
+                }
             }
-            next += 1;
         }
         if last_round {
             return landed;

@@ -59,7 +59,10 @@ pub(crate) async fn run_round_trip(
     let reading_done = Arc::new(AtomicBool::new(false));
     let reader = tokio::spawn(read_totals(
         connect(redis_url).await,
-        fleets.iter().map(|f| f.space.clone()).collect(),
+        fleets
+            .iter()
+            .map(|f| (f.prefix.clone(), f.rules.label()))
+            .collect(),
         interval,
         Arc::clone(&reading_done),
     ));
