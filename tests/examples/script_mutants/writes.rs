@@ -345,4 +345,25 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         "    landed = redis.call('GET', key)",
         "    landed = redis.call('GET', KEYS[n - expect + reach + 1])",
     ),
+    // The ACL check of the writes after the first.
+    m(
+        "ACL: no write after the first checked",
+        "  if redis.acl_check_cmd and not redis.acl_check_cmd(command, ...) then",
+        "  if false then",
+    ),
+    m(
+        "ACL: the fence's SET not checked",
+        " or denied('SET', fence_key, '1', 'PX', '1')",
+        "",
+    ),
+    m(
+        "ACL: the expiry not checked",
+        "denied('PEXPIRE', key, '1') or ",
+        "",
+    ),
+    m(
+        "ACL: the hash conversion's HDEL not checked",
+        "local refusal = denied('HDEL', key, '')",
+        "local refusal = nil",
+    ),
 ];
