@@ -86,6 +86,45 @@ impl RedisServer {
         )
     }
 
+    /// Starts a server in cluster mode, not yet part of a cluster, that speaks TLS only: to its
+    /// clients, on its cluster bus (`--tls-cluster yes`) and to its primary
+    /// (`--tls-replication yes`), with a node certificate of its own issued by `ca`
+    /// ([`TestCa::issue_node_certificate`](crate::tls::TestCa::issue_node_certificate)). It does
+    /// not ask clients for their certificate; its [`url`](Self::url) is `rediss://`.
+    pub fn tls_cluster_node(ca: &crate::tls::TestCa) -> Self {
+        let (cert, key) = ca.issue_node_certificate();
+        let mut extra = Vec::new();
+        for (option, path) in [
+            ("--tls-cert-file", cert),
+            ("--tls-key-file", key),
+            ("--tls-ca-cert-file", ca.ca_file()),
+        ] {
+            extra.push(option.to_owned());
+            extra.push(
+                path.to_str()
+                    .expect("a non-UTF-8 temporary path")
+                    .to_owned(),
+            );
+        }
+        for argument in [
+            "--tls-auth-clients",
+            "no",
+            "--tls-cluster",
+            "yes",
+            "--tls-replication",
+            "yes",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "5000",
+        ] {
+            extra.push(argument.to_owned());
+        }
+        Self::launch(extra, true, Some(ca.ca_pem()), None)
+    }
+
     fn start(extra: Vec<String>, cluster_bus: bool) -> Self {
         Self::launch(extra, cluster_bus, None, None)
     }

@@ -1,9 +1,11 @@
 //! A throwaway certificate authority and a certificate for 127.0.0.1 signed by it, made with
-//! the `openssl` command when a test starts, and clients of both kinds that trust only it.
+//! the `openssl` command when a test starts, and clients of both kinds that trust only it; and
+//! certificates for the nodes of a TLS cluster, which serve both ends of a connection.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
@@ -119,6 +121,67 @@ impl TestCa {
     /// The authority's certificate, PEM, as bytes.
     pub fn ca_pem(&self) -> Vec<u8> {
         read(&self.ca_file())
+    }
+
+    /// Issues a new certificate and key (PEM files) for a node of a TLS cluster, for the same
+    /// names as the [server's](Self::cert_file) (`localhost`, `127.0.0.1`), and returns their
+    /// paths. It serves both ends of a connection, where the server's certificate serves
+    /// only the server's end: a node connects to the others' cluster bus, and to its primary,
+    /// with its own certificate, and a node checks the certificate of every node that connects
+    /// to its bus, whatever `tls-auth-clients` says.
+    pub fn issue_node_certificate(&self) -> (PathBuf, PathBuf) {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!("node-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+        let (ext, key, csr, cert) = (
+            format!("{name}.ext"),
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+        );
+        std::fs::write(
+            self.path(&ext),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n\
+             basicConstraints=critical,CA:FALSE\n\
+             keyUsage=critical,digitalSignature,keyEncipherment\n\
+             extendedKeyUsage=serverAuth,clientAuth\n",
+        )
+        .expect("cannot write the certificate extensions");
+        self.openssl(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            "/CN=localhost",
+        ]);
+        // A serial of its own rather than the CA's serial file, which certificates issued at
+        // the same time would race on.
+        let serial = format!("0x{:016x}", fastrand::u64(1..));
+        self.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            &serial,
+            "-out",
+            &cert,
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+        ]);
+        (self.path(&cert), self.path(&key))
     }
 
     /// A redis-rs client for a `rediss://` URL that trusts this authority (and the system's).
