@@ -14,6 +14,7 @@ pub mod invariants;
 pub mod proxy;
 pub mod reader;
 pub mod recording;
+pub mod sentinel;
 pub mod server;
 pub mod settings;
 pub mod shared;

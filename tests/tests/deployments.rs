@@ -23,6 +23,7 @@ use comcount_tests::cluster::Cluster;
 use comcount_tests::conformance::check_store;
 use comcount_tests::connect;
 use comcount_tests::inspect::{Inspector, RedisInspector};
+use comcount_tests::sentinel::{Sentinel, patience};
 use comcount_tests::server::RedisServer;
 use comcount_tests::settings::{self, sleep};
 use comcount_tests::tls::TestCa;
@@ -31,11 +32,6 @@ use fred::types::RespVersion;
 use fred::types::config::TlsConnector;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelServerType};
-
-/// How long a test waits for something that takes a few intervals on a quiet machine.
-fn patience() -> Duration {
-    settings::interval() * 20 + Duration::from_secs(10)
-}
 
 /// Two participants of one counter `deploy` under a fresh prefix.
 struct Pair {
@@ -272,83 +268,6 @@ async fn resp3_fred() {
     assert_a_client_speaks_resp3(url).await;
     drop(probe);
     count_and_conform(make, &inspector).await;
-}
-
-/// A primary, its replica, and one sentinel watching them as `main`.
-struct Sentinel {
-    primary: RedisServer,
-    replica: RedisServer,
-    sentinel: RedisServer,
-}
-
-impl Sentinel {
-    async fn start() -> Self {
-        let primary = RedisServer::standalone();
-        let replica =
-            RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
-        let admin = connect::multiplexed(&replica.url()).await;
-        wait_for("the replica to sync", || {
-            let mut admin = admin.clone();
-            async move {
-                let info: String = redis::cmd("INFO")
-                    .arg("replication")
-                    .query_async(&mut admin)
-                    .await
-                    .unwrap();
-                info.contains("master_link_status:up")
-            }
-        })
-        .await;
-        let sentinel = RedisServer::sentinel(&format!(
-            "sentinel monitor main 127.0.0.1 {} 1\n\
-             sentinel down-after-milliseconds main 500\n\
-             sentinel failover-timeout main 10000\n",
-            primary.port()
-        ));
-        let setup = Self {
-            primary,
-            replica,
-            sentinel,
-        };
-        let admin = connect::multiplexed(&setup.sentinel.url()).await;
-        wait_for("the sentinel to see the replica", || {
-            let mut admin = admin.clone();
-            async move {
-                let replicas: Vec<Vec<String>> = redis::cmd("SENTINEL")
-                    .arg(&["REPLICAS", "main"])
-                    .query_async(&mut admin)
-                    .await
-                    .unwrap();
-                replicas.iter().any(|fields| {
-                    fields
-                        .windows(2)
-                        .any(|w| w[0] == "flags" && w[1] == "slave")
-                })
-            }
-        })
-        .await;
-        setup
-    }
-
-    /// The port of the server the sentinel names as primary.
-    async fn primary_port(&self) -> u16 {
-        let mut admin = connect::multiplexed(&self.sentinel.url()).await;
-        let (_, port): (String, u16) = redis::cmd("SENTINEL")
-            .arg(&["GET-MASTER-ADDR-BY-NAME", "main"])
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        port
-    }
-}
-
-/// Polls `check` until it holds, failing after [`patience`].
-async fn wait_for<F: Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
-    let deadline = Instant::now() + patience();
-    while !check().await {
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
